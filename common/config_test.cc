@@ -1,0 +1,253 @@
+#include "common/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "google/protobuf/text_format.h"
+
+namespace ps {
+namespace {
+
+constexpr char kGoodJob[] = R"pb(
+  name: "t"
+  model { mlp { input_dim: 784 hidden: 32 num_classes: 10 } }
+  optimizer { kind: MOMENTUM learning_rate: 0.1 momentum: 0.9 }
+  consistency { model: BSP backup_workers: 1 }
+  data { batch_size: 64 }
+  num_workers: 3
+)pb";
+
+// kGoodJob with `edit` (text format) merged over it, back as text.
+std::string WithEdit(const std::string& edit) {
+  JobSpec spec;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(kGoodJob, &spec));
+  EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(edit, &spec))
+      << edit;
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(spec, &text);
+  return text;
+}
+
+ValidationOptions NoFiles() {
+  ValidationOptions o;
+  o.check_dataset_files = false;
+  return o;
+}
+
+TEST(Config, ShippedExamplesLoadAndValidate) {
+  for (const char* name : {"configs/fashion_mnist_bsp.pbtxt",
+                           "configs/fashion_mnist_bsp_backup.pbtxt",
+                           "configs/fashion_mnist_asp.pbtxt",
+                           "configs/fashion_mnist_ssp3.pbtxt"}) {
+    // The dataset is installed by tools/setup.sh, so check its files too.
+    auto spec = LoadJobSpec(name);
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    EXPECT_EQ(spec->model().tensors_size(), 6) << name;
+    EXPECT_EQ(spec->num_workers(), 4);
+  }
+  auto cluster = LoadClusterSpec("configs/local_cluster.pbtxt");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_EQ(cluster->num_servers(), 2);
+}
+
+TEST(Config, NormalisationFillsDefaults) {
+  auto spec = ParseJobSpec(R"pb(
+                             model { mlp { input_dim: 4 num_classes: 2 } }
+                             optimizer { kind: ADAM learning_rate: 0.001 }
+                           )pb",
+                           "job", NoFiles());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->consistency().model(), ConsistencySpec::BSP);
+  EXPECT_EQ(spec->data().batch_size(), 128);
+  EXPECT_EQ(spec->data().epochs(), 1);
+  EXPECT_EQ(spec->data().path(), kDefaultDatasetPath);
+  EXPECT_FLOAT_EQ(spec->optimizer().beta1(), 0.9f);
+  EXPECT_FLOAT_EQ(spec->optimizer().beta2(), 0.999f);
+  EXPECT_EQ(spec->chunk_bytes(), 256 * 1024);
+  EXPECT_EQ(spec->model().tensors(0).init().kind(),
+            InitializerSpec::HE_UNIFORM);
+  EXPECT_EQ(spec->model().tensors(1).init().kind(), InitializerSpec::ZEROS);
+  // Idempotent.
+  EXPECT_EQ(NormalizeJobSpec(*spec).DebugString(), spec->DebugString());
+}
+
+TEST(Config, SyntaxErrorsCarryLineAndColumn) {
+  struct Case {
+    const char* text;
+    const char* want;
+  } cases[] = {
+      {"name: \"x\"\nmodel {\n  mlp { input_dim: 7 \n", "job.pbtxt:4:1"},
+      {"name: \"x\"\noptimizer { learning_rate: fast }\n", "job.pbtxt:2:28"},
+      {"name: \"x\"\n\nbogus_field: 3\n", "job.pbtxt:3:1"},
+      {"data { batch_size: -1.5 }", "job.pbtxt:1:21"},
+  };
+  for (const Case& c : cases) {
+    auto spec = ParseJobSpec(c.text, "job.pbtxt", NoFiles());
+    ASSERT_FALSE(spec.ok()) << c.text;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find(c.want), std::string::npos)
+        << "want " << c.want << " in: " << spec.status().message();
+  }
+}
+
+TEST(Config, EachRuleNamesItsField) {
+  struct Case {
+    const char* edit;  // appended to kGoodJob: later fields override
+    const char* want;  // substring of the error
+  } cases[] = {
+      {"optimizer { learning_rate: 0 }",
+       "optimizer.learning_rate: must be > 0"},
+      {"optimizer { learning_rate: -0.1 }",
+       "optimizer.learning_rate: must be > 0"},
+      {"optimizer { momentum: 1.0 }", "optimizer.momentum: must be in [0, 1)"},
+      {"optimizer { weight_decay: -1 }", "optimizer.weight_decay"},
+      {"optimizer { kind: SGD nesterov: true }", "optimizer.nesterov"},
+      {"optimizer { schedule { kind: STEP } }", "optimizer.schedule.step_size"},
+      {"optimizer { schedule { kind: COSINE warmup_steps: 10 total_steps: 5 } "
+       "}",
+       "optimizer.schedule.total_steps"},
+      {"consistency { model: BSP staleness: 2 backup_workers: 0 }",
+       "consistency.staleness: a staleness bound only applies to SSP, not BSP"},
+      {"consistency { model: SSP staleness: -1 backup_workers: 0 }",
+       "consistency.staleness: must be >= 0"},
+      {"consistency { backup_workers: 3 }",
+       "consistency.backup_workers: more backup workers (3)"},
+      {"consistency { model: ASP backup_workers: 1 }",
+       "consistency.backup_workers: only applies to BSP, not ASP"},
+      {"consistency { model: BSP max_staleness: 4 }",
+       "consistency.max_staleness: only applies to ASP"},
+      {"consistency { barrier_timeout_ms: -5 }",
+       "consistency.barrier_timeout_ms"},
+      {"data { batch_size: -3 }", "data.batch_size: must be > 0"},
+      {"data { epochs: -1 }", "data.epochs"},
+      {"num_workers: -2", "num_workers: must be >= 0"},
+      {"chunk_bytes: 2", "chunk_bytes: must be >= 4"},
+      {"stragglers { worker_rank: 5 }", "stragglers[0].worker_rank"},
+      {"stragglers { worker_rank: 0 compute_factor: 0.5 }",
+       "stragglers[0].compute_factor"},
+      {"target_accuracy: 1.5", "target_accuracy"},
+      {"model { mlp { num_classes: 1 } }",
+       "model.mlp.num_classes: must be >= 2"},
+      {"model { mlp { hidden: 0 } }", "model.mlp.hidden[1]"},
+      {"straggler_policy { slow_ratio: 2 }", "straggler_policy.slow_ratio"},
+  };
+  for (const Case& c : cases) {
+    const std::string text = WithEdit(c.edit);
+    auto spec = ParseJobSpec(text, "job.pbtxt", NoFiles());
+    ASSERT_FALSE(spec.ok()) << c.edit;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find(c.want), std::string::npos)
+        << "edit: " << c.edit << "\nwant: " << c.want
+        << "\ngot:  " << spec.status().message();
+  }
+  EXPECT_TRUE(ParseJobSpec(kGoodJob, "job.pbtxt", NoFiles()).ok());
+}
+
+TEST(Config, ValidationErrorsGiveTheLine) {
+  auto spec = ParseJobSpec(
+      "model { mlp { input_dim: 4 num_classes: 2 } }\n"
+      "optimizer {\n"
+      "  learning_rate: -1\n"
+      "}\n",
+      "job.pbtxt", NoFiles());
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find(
+                "job.pbtxt:3: optimizer.learning_rate: must be > 0"),
+            std::string::npos)
+      << spec.status().message();
+}
+
+TEST(Config, ReportsEveryViolationAtOnce) {
+  auto spec =
+      ParseJobSpec("optimizer { learning_rate: 0 }\ndata { batch_size: -1 }\n",
+                   "j", NoFiles());
+  ASSERT_FALSE(spec.ok());
+  const std::string msg(spec.status().message());
+  EXPECT_NE(msg.find("model: empty model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optimizer.learning_rate"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("data.batch_size"), std::string::npos) << msg;
+}
+
+TEST(Config, MismatchedExplicitLayerShapes) {
+  auto spec =
+      ParseJobSpec(R"pb(
+                     model {
+                       tensors { name: "fc0/weight" shape: 784 shape: 64 }
+                       tensors { name: "fc0/bias" shape: 64 }
+                       tensors { name: "fc1/weight" shape: 32 shape: 10 }
+                       tensors { name: "fc1/bias" shape: 11 }
+                     }
+                     optimizer { learning_rate: 0.1 }
+                   )pb",
+                   "job", NoFiles());
+  ASSERT_FALSE(spec.ok());
+  const std::string msg(spec.status().message());
+  EXPECT_NE(msg.find("model.tensors[2].shape: mismatched layer shapes"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("model.tensors[3].shape: mismatched layer shapes"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Config, DatasetDirectoryIsChecked) {
+  const std::string tmp = testing::TempDir();
+  const std::string missing = tmp + "/no-such-dataset";
+  auto spec =
+      ParseJobSpec(WithEdit("data { path: \"" + missing + "\" }"), "job.pbtxt");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("does not exist"), std::string::npos)
+      << spec.status();
+
+  // A directory with the wrong files: each missing file is named.
+  const std::string wrong = tmp + "/wrong-dataset";
+  std::filesystem::create_directories(wrong);
+  std::ofstream(wrong + "/train-images-idx3-ubyte.gz") << "x";
+  spec =
+      ParseJobSpec(WithEdit("data { path: \"" + wrong + "\" }"), "job.pbtxt");
+  ASSERT_FALSE(spec.ok());
+  const std::string msg(spec.status().message());
+  EXPECT_EQ(msg.find("lacks train-images"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("lacks train-labels-idx1-ubyte.gz"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("lacks t10k-images-idx3-ubyte.gz"), std::string::npos)
+      << msg;
+}
+
+TEST(Config, MissingFileIsNotFound) {
+  auto spec = LoadJobSpec("/nonexistent/job.pbtxt");
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(spec.status().message().find("/nonexistent/job.pbtxt"),
+            std::string::npos);
+}
+
+TEST(Config, ClusterRules) {
+  struct Case {
+    const char* text;
+    const char* want;  // empty: valid
+  } cases[] = {
+      {"num_servers: 2 num_workers: 4 device: \"cpu\"", ""},
+      {"device: \"cuda:1\"", ""},
+      {"num_servers: -1", "num_servers"},
+      {"device: \"tpu\"", "device: must be cpu, cuda or cuda:N"},
+      {"tls { cert_file: \"a\" }",
+       "cert_file and key_file must be set together"},
+      {"tls { ca_file: \"ca\" }", "tls.ca_file"},
+      {"num_servers: 2\nnum_shards: 3", "c.pbtxt:2:1"},
+  };
+  for (const Case& c : cases) {
+    auto spec = ParseClusterSpec(c.text, "c.pbtxt");
+    if (std::string(c.want).empty()) {
+      EXPECT_TRUE(spec.ok()) << c.text << ": " << spec.status();
+    } else {
+      ASSERT_FALSE(spec.ok()) << c.text;
+      EXPECT_NE(spec.status().message().find(c.want), std::string::npos)
+          << spec.status().message();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ps

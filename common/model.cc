@@ -1,0 +1,81 @@
+#include "common/model.h"
+
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ps {
+
+std::vector<TensorSpec> MlpTensors(const MlpSpec& mlp) {
+  std::vector<int64_t> sizes;
+  sizes.push_back(mlp.input_dim());
+  for (int64_t h : mlp.hidden()) sizes.push_back(h);
+  sizes.push_back(mlp.num_classes());
+  const InitializerSpec::Kind weight_init =
+      mlp.activation() == TANH ? InitializerSpec::XAVIER_UNIFORM
+                               : InitializerSpec::HE_UNIFORM;
+  std::vector<TensorSpec> tensors;
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    TensorSpec w;
+    w.set_name(absl::StrCat("fc", i, "/weight"));
+    w.add_shape(sizes[i]);
+    w.add_shape(sizes[i + 1]);
+    w.mutable_init()->set_kind(weight_init);
+    tensors.push_back(std::move(w));
+    TensorSpec b;
+    b.set_name(absl::StrCat("fc", i, "/bias"));
+    b.add_shape(sizes[i + 1]);
+    b.mutable_init()->set_kind(InitializerSpec::ZEROS);
+    tensors.push_back(std::move(b));
+  }
+  return tensors;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> ExpandModel(const ModelSpec& model) {
+  const bool has_mlp = model.has_mlp();
+  if (!has_mlp && model.tensors().empty()) {
+    return absl::InvalidArgumentError(
+        "model: empty model; set model.mlp or list model.tensors");
+  }
+  if (!has_mlp) {
+    return std::vector<TensorSpec>(model.tensors().begin(),
+                                   model.tensors().end());
+  }
+  std::vector<TensorSpec> derived = MlpTensors(model.mlp());
+  if (model.tensors().empty()) return derived;
+  if (static_cast<size_t>(model.tensors_size()) != derived.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.tensors: lists ", model.tensors_size(),
+                     " tensors but model.mlp has ", derived.size()));
+  }
+  for (size_t i = 0; i < derived.size(); ++i) {
+    const TensorSpec& given = model.tensors(static_cast<int>(i));
+    if (given.name() != derived[i].name() ||
+        ShapeString(given) != ShapeString(derived[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.tensors[", i, "]: mismatched layer shape: ", given.name(), " ",
+          ShapeString(given), " but model.mlp implies ", derived[i].name(), " ",
+          ShapeString(derived[i])));
+    }
+    if (given.has_init()) *derived[i].mutable_init() = given.init();
+  }
+  return derived;
+}
+
+int64_t NumElements(const TensorSpec& tensor) {
+  int64_t n = 1;
+  for (int64_t d : tensor.shape()) {
+    if (d < 0) return -1;
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+std::string ShapeString(const TensorSpec& tensor) {
+  return absl::StrCat("[", absl::StrJoin(tensor.shape(), ", "), "]");
+}
+
+}  // namespace ps

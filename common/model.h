@@ -1,0 +1,32 @@
+// The parameter tensors of a model spec, and small shape helpers.
+#ifndef PS_COMMON_MODEL_H_
+#define PS_COMMON_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+
+namespace ps {
+
+// The tensors an MLP spec expands to, in order: for each layer i,
+// "fc<i>/weight" [in, out] then "fc<i>/bias" [out]. Weights default to
+// HE_UNIFORM (XAVIER_UNIFORM for tanh), biases to ZEROS.
+std::vector<TensorSpec> MlpTensors(const MlpSpec& mlp);
+
+// The model's parameter tensors: `tensors` if given, else MlpTensors(mlp).
+// Fails when both are given and disagree, or when the result is empty.
+absl::StatusOr<std::vector<TensorSpec>> ExpandModel(const ModelSpec& model);
+
+// Product of the dimensions (1 for a scalar); -1 on a negative dimension or
+// an overflow of int64.
+int64_t NumElements(const TensorSpec& tensor);
+
+// "[784, 256]".
+std::string ShapeString(const TensorSpec& tensor);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_MODEL_H_
