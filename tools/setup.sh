@@ -14,6 +14,7 @@ packages=(
   prometheus-cpp-dev
   dataset-fashion-mnist      # /usr/share/datasets/fashion-mnist
   gnuplot-nox                # psctl compare plots
+  libcli11-dev               # psctl subcommands (header-only)
   openssl                    # TLS test certificates
   clang libclang-rt-14-dev   # libFuzzer targets
 )

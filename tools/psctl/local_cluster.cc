@@ -1,0 +1,314 @@
+#include "tools/psctl/local_cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/config.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "proto/coordinator_service.grpc.pb.h"
+
+namespace ps::psctl {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Trim(std::string s) {
+  return std::string(absl::StripAsciiWhitespace(s));
+}
+
+bool Alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+// Reaps our own children that exited, so kill(pid, 0) stops seeing zombies.
+void ReapChildren() {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+absl::StatusOr<std::string> FindBinary(const std::string& bin_dir,
+                                       const std::string& name,
+                                       const std::string& bazel_path) {
+  for (const std::string& p : {absl::StrCat(bin_dir, "/", name),
+                               absl::StrCat(bin_dir, "/", bazel_path)}) {
+    if (access(p.c_str(), X_OK) == 0) return p;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "cannot find the '", name, "' binary under ", bin_dir,
+      " (build it with: bazel build //server/... //worker/...; or pass "
+      "--bin_dir)"));
+}
+
+// Starts `argv` detached (own session) with stdout/stderr to `log`; writes
+// the pid file. The child outlives psctl.
+absl::StatusOr<int> Spawn(const std::vector<std::string>& argv,
+                          const std::string& log, const std::string& pid_file) {
+  const int pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    setsid();
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    const int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    std::vector<char*> args;
+    for (const std::string& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  std::ofstream(pid_file) << pid << "\n";
+  return pid;
+}
+
+int ReadPid(const fs::path& file) {
+  std::ifstream in(file);
+  int pid = 0;
+  in >> pid;
+  return pid;
+}
+
+absl::StatusOr<std::string> WaitForPortFile(const std::string& path, int pid,
+                                            const std::string& log,
+                                            absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    std::ifstream in(path);
+    std::string port;
+    if (in >> port && !port.empty()) return port;
+    ReapChildren();
+    if (!Alive(pid)) {
+      return absl::InternalError(
+          absl::StrCat("daemon exited during start-up; see ", log));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("daemon did not report its port within the start timeout; "
+                   "see ",
+                   log));
+}
+
+std::string RandomToken() {
+  std::random_device rd;
+  std::string token;
+  for (int i = 0; i < 32; ++i) token += "0123456789abcdef"[rd() % 16];
+  return token;
+}
+
+}  // namespace
+
+std::string DefaultBinDir() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return ".";
+  // bazel-bin/tools/psctl/psctl -> bazel-bin; an install prefix keeps all
+  // binaries in one directory, which FindBinary also accepts.
+  const fs::path dir = self.parent_path();
+  if (dir.filename() == "psctl" && dir.parent_path().filename() == "tools") {
+    return dir.parent_path().parent_path().string();
+  }
+  return dir.string();
+}
+
+absl::StatusOr<std::string> RecordedCoordinator(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/coordinator.addr");
+  std::string addr;
+  if (!(in >> addr)) {
+    return absl::UnavailableError(absl::StrCat(
+        "no local cluster in ", run_dir,
+        " (start one with `psctl cluster up`, or pass --coordinator)"));
+  }
+  return addr;
+}
+
+std::vector<ProcessInfo> ClusterProcesses(const std::string& run_dir) {
+  std::vector<ProcessInfo> out;
+  std::error_code ec;
+  std::set<fs::path> files;
+  for (const auto& e : fs::directory_iterator(run_dir + "/pids", ec)) {
+    files.insert(e.path());
+  }
+  for (const fs::path& f : files) {
+    ProcessInfo p;
+    p.name = f.stem().string();
+    p.pid = ReadPid(f);
+    p.alive = Alive(p.pid);
+    p.log = absl::StrCat(run_dir, "/logs/", p.name, ".log");
+    out.push_back(p);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ClusterDown(const std::string& run_dir,
+                                                     absl::Duration grace) {
+  std::vector<ProcessInfo> procs = ClusterProcesses(run_dir);
+  // Workers first, then servers, then the coordinator: nobody is left
+  // retrying against a peer that is already gone.
+  std::stable_sort(
+      procs.begin(), procs.end(),
+      [](const ProcessInfo& a, const ProcessInfo& b) {
+        auto rank = [](const std::string& n) {
+          return n.starts_with("worker") ? 0 : n.starts_with("server") ? 1 : 2;
+        };
+        return rank(a.name) < rank(b.name);
+      });
+  std::vector<std::string> stopped;
+  for (const ProcessInfo& p : procs) {
+    if (p.alive) {
+      kill(p.pid, SIGTERM);
+      stopped.push_back(p.name);
+    }
+  }
+  const absl::Time deadline = absl::Now() + grace;
+  for (const ProcessInfo& p : procs) {
+    while (Alive(p.pid) && absl::Now() < deadline) {
+      ReapChildren();
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (Alive(p.pid)) kill(p.pid, SIGKILL);
+  }
+  std::error_code ec;
+  fs::remove_all(run_dir + "/pids", ec);
+  fs::remove(run_dir + "/coordinator.addr", ec);
+  return stopped;
+}
+
+absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
+  if (o.servers < 1 || o.workers < 1) {
+    return absl::InvalidArgumentError(
+        "a cluster needs at least one server and one worker");
+  }
+  for (const ProcessInfo& p : ClusterProcesses(o.run_dir)) {
+    if (p.alive) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a cluster is already up in ", o.run_dir, " (", p.name,
+                       " pid ", p.pid, "); stop it with `psctl cluster down`"));
+    }
+  }
+  const std::string bin_dir = o.bin_dir.empty() ? DefaultBinDir() : o.bin_dir;
+  PS_ASSIGN_OR_RETURN(
+      const std::string coordinator_bin,
+      FindBinary(bin_dir, "coordinator", "server/coordinator/coordinator"));
+  PS_ASSIGN_OR_RETURN(const std::string server_bin,
+                      FindBinary(bin_dir, "ps_server", "server/ps_server"));
+  PS_ASSIGN_OR_RETURN(const std::string worker_bin,
+                      FindBinary(bin_dir, "ps_worker", "worker/ps_worker"));
+
+  std::error_code ec;
+  for (const char* sub : {"pids", "logs", "ports", "data"}) {
+    fs::create_directories(fs::path(o.run_dir) / sub, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot create ", o.run_dir, "/", sub, ": ", ec.message()));
+    }
+  }
+  fs::remove_all(fs::path(o.run_dir) / "ports", ec);
+  fs::create_directories(fs::path(o.run_dir) / "ports", ec);
+  const std::string token_file = o.run_dir + "/token";
+  if (!fs::exists(token_file)) {
+    std::ofstream(token_file) << RandomToken() << "\n";
+    chmod(token_file.c_str(), 0600);
+  }
+
+  auto fail = [&](const absl::Status& s) -> absl::Status {
+    (void)ClusterDown(o.run_dir, absl::Seconds(5));
+    return s;
+  };
+  const absl::Time deadline = absl::Now() + o.start_timeout;
+  auto start = [&](const std::string& name,
+                   std::vector<std::string> argv) -> absl::StatusOr<int> {
+    const std::string log = absl::StrCat(o.run_dir, "/logs/", name, ".log");
+    return Spawn(argv, log, absl::StrCat(o.run_dir, "/pids/", name, ".pid"));
+  };
+
+  // Coordinator first: everyone else needs its address.
+  const std::string coord_port_file = o.run_dir + "/ports/coordinator.port";
+  std::vector<std::string> argv = {
+      coordinator_bin, "--port=0", "--port_file=" + coord_port_file,
+      "--data_dir=" + o.run_dir + "/data/coordinator",
+      "--token_file=" + token_file};
+  argv.insert(argv.end(), o.coordinator_flags.begin(),
+              o.coordinator_flags.end());
+  absl::StatusOr<int> pid = start("coordinator", argv);
+  if (!pid.ok()) return fail(pid.status());
+  absl::StatusOr<std::string> port = WaitForPortFile(
+      coord_port_file, *pid, o.run_dir + "/logs/coordinator.log", deadline);
+  if (!port.ok()) return fail(Annotate(port.status(), "coordinator"));
+  const std::string address = "127.0.0.1:" + Trim(*port);
+  std::ofstream(o.run_dir + "/coordinator.addr") << address << "\n";
+
+  for (int i = 0; i < o.servers; ++i) {
+    const std::string name = absl::StrCat("server-", i);
+    argv = {server_bin,
+            "--port=0",
+            absl::StrCat("--port_file=", o.run_dir, "/ports/", name, ".port"),
+            "--coordinator=" + address,
+            absl::StrCat("--data_dir=", o.run_dir, "/data/", name),
+            "--token_file=" + token_file};
+    argv.insert(argv.end(), o.server_flags.begin(), o.server_flags.end());
+    if (absl::StatusOr<int> p = start(name, argv); !p.ok()) {
+      return fail(p.status());
+    }
+  }
+  for (int i = 0; i < o.workers; ++i) {
+    const std::string name = absl::StrCat("worker-", i);
+    argv = {worker_bin, "--coordinator=" + address,
+            "--token_file=" + token_file,
+            absl::StrCat("--cpu_threads=", o.cpu_threads)};
+    if (!o.device.empty()) argv.push_back("--device=" + o.device);
+    argv.insert(argv.end(), o.worker_flags.begin(), o.worker_flags.end());
+    if (absl::StatusOr<int> p = start(name, argv); !p.ok()) {
+      return fail(p.status());
+    }
+  }
+
+  // Wait until every daemon has registered.
+  PS_ASSIGN_OR_RETURN(std::string token, ReadClusterToken(token_file));
+  PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address));
+  auto stub = CoordinatorService::NewStub(channel);
+  int servers = 0, workers = 0;
+  while (absl::Now() < deadline) {
+    for (const ProcessInfo& p : ClusterProcesses(o.run_dir)) {
+      ReapChildren();
+      if (!Alive(p.pid)) {
+        return fail(absl::InternalError(
+            absl::StrCat(p.name, " exited during start-up; see ", p.log)));
+      }
+    }
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, absl::Seconds(2), token);
+    ListMembersResponse members;
+    if (stub->ListMembers(&ctx, ListMembersRequest(), &members).ok()) {
+      servers = workers = 0;
+      for (const Member& m : members.members()) {
+        if (m.state() != ALIVE) continue;
+        servers += m.role() == SERVER;
+        workers += m.role() == WORKER;
+      }
+      if (servers >= o.servers && workers >= o.workers) return address;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return fail(absl::DeadlineExceededError(absl::StrCat(
+      "only ", servers, "/", o.servers, " servers and ", workers, "/",
+      o.workers, " workers registered within the start timeout; see ",
+      o.run_dir, "/logs/")));
+}
+
+}  // namespace ps::psctl

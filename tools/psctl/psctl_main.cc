@@ -1,0 +1,522 @@
+// psctl: the one command users type. Talks to the coordinator over gRPC and
+// starts/stops local clusters. Flags and subcommands use CLI11 (Abseil flags
+// has no subcommands); the daemons use Abseil flags.
+//
+// Exit codes (stable, for scripts):
+//   0 success; 1 the job ended FAILED/CANCELLED (with --wait) or an internal
+//   error; 2 usage error; 3 coordinator unreachable; 4 no such job;
+//   5 invalid input (bad job spec, bad argument).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/config.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/coordinator_service.grpc.pb.h"
+#include "tools/psctl/local_cluster.h"
+#include "tools/psctl/report.h"
+
+namespace ps::psctl {
+namespace {
+
+enum ExitCode {
+  kOk = 0,
+  kJobFailed = 1,
+  kUsage = 2,
+  kUnreachable = 3,
+  kNotFound = 4,
+  kInvalid = 5,
+};
+
+int ExitFor(const absl::Status& s) {
+  if (s.ok()) return kOk;
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return kUnreachable;
+    case absl::StatusCode::kNotFound:
+      return kNotFound;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+      return kInvalid;
+    default:
+      return kJobFailed;
+  }
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "psctl: " << s.message() << "\n";
+  return ExitFor(s);
+}
+
+struct Globals {
+  std::string coordinator;
+  std::string run_dir = "/tmp/ps-cluster";
+  std::string token_file;
+  double timeout_s = 10;
+};
+
+// A connection to the coordinator: the address comes from --coordinator,
+// else $PS_COORDINATOR, else the local cluster's run directory; the token
+// from --token_file, else $PS_TOKEN, else the run directory's token file.
+class Client {
+ public:
+  static absl::StatusOr<Client> Connect(const Globals& g) {
+    std::string address = g.coordinator;
+    if (address.empty()) {
+      if (const char* env = std::getenv("PS_COORDINATOR")) address = env;
+    }
+    if (address.empty()) {
+      PS_ASSIGN_OR_RETURN(address, RecordedCoordinator(g.run_dir));
+    }
+    std::string token_file = g.token_file;
+    if (token_file.empty() && std::getenv("PS_TOKEN") == nullptr &&
+        access((g.run_dir + "/token").c_str(), R_OK) == 0) {
+      token_file = g.run_dir + "/token";
+    }
+    PS_ASSIGN_OR_RETURN(std::string token, ReadClusterToken(token_file));
+    PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address));
+    Client c;
+    c.address_ = address;
+    c.token_ = token;
+    c.timeout_ = absl::Seconds(g.timeout_s);
+    c.stub_ = CoordinatorService::NewStub(channel);
+    return c;
+  }
+
+  // Calls a unary RPC with the deadline and token; UNAVAILABLE names the
+  // coordinator address.
+  template <typename Req, typename Resp>
+  absl::Status Call(grpc::Status (CoordinatorService::Stub::*method)(
+                        grpc::ClientContext*, const Req&, Resp*),
+                    const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, timeout_, token_);
+    absl::Status s = FromGrpcStatus(((*stub_).*method)(&ctx, req, resp));
+    if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+      return absl::UnavailableError(absl::StrCat(
+          "coordinator at ", address_, " is unreachable: ", s.message()));
+    }
+    return s;
+  }
+
+  CoordinatorService::Stub& stub() { return *stub_; }
+  const std::string& token() const { return token_; }
+
+ private:
+  std::string address_, token_;
+  absl::Duration timeout_;
+  std::unique_ptr<CoordinatorService::Stub> stub_;
+};
+
+bool Ended(JobState s) {
+  return s == SUCCEEDED || s == FAILED || s == CANCELLED;
+}
+
+int JobExit(const JobRecord& r) {
+  return r.state() == SUCCEEDED ? kOk : kJobFailed;
+}
+
+// Follows a job with WatchJob until it ends, drawing the progress line.
+int WaitForJob(Client& client, const std::string& job_id) {
+  const bool tty = isatty(STDOUT_FILENO);
+  JobRecord last;
+  absl::Time last_print = absl::InfinitePast();
+  const absl::Time start = absl::Now();
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    grpc::ClientContext ctx;
+    if (!client.token().empty())
+      ctx.AddMetadata(kTokenMetadataKey, client.token());
+    WatchJobRequest req;
+    req.set_job_id(job_id);
+    auto reader = client.stub().WatchJob(&ctx, req);
+    JobRecord r;
+    while (reader->Read(&r)) {
+      last = r;
+      const double elapsed =
+          r.start_time_ms() > 0
+              ? (absl::ToUnixMillis(absl::Now()) - r.start_time_ms()) / 1000.0
+              : absl::ToDoubleSeconds(absl::Now() - start);
+      const std::string line = absl::StrCat(
+          r.state() == PENDING ? "pending " : "", ProgressLine(r, elapsed, 30));
+      if (tty) {
+        std::printf("\r\033[K%s", line.c_str());
+        std::fflush(stdout);
+      } else if (absl::Now() - last_print > absl::Seconds(10) ||
+                 Ended(r.state())) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+        last_print = absl::Now();
+      }
+      if (Ended(r.state())) break;
+    }
+    const absl::Status s = FromGrpcStatus(reader->Finish());
+    if (Ended(last.state())) break;
+    if (!s.ok() && !IsRetryable(s)) {
+      if (tty) std::printf("\n");
+      return Fail(s);
+    }
+    absl::SleepFor(absl::Seconds(1));  // coordinator restarting: re-watch
+  }
+  if (tty) std::printf("\n");
+  std::printf("job %s %s%s%s\n", job_id.c_str(),
+              JobState_Name(last.state()).c_str(),
+              last.reason().empty() ? "" : ": ", last.reason().c_str());
+  return Ended(last.state()) ? JobExit(last) : kUnreachable;
+}
+
+absl::Status FetchJobData(Client& c, const std::string& job_id, JobData* out) {
+  GetJobRequest g;
+  g.set_job_id(job_id);
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
+  GetMetricsRequest m;
+  m.set_job_id(job_id);
+  GetMetricsResponse metrics;
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
+  out->points.assign(metrics.points().begin(), metrics.points().end());
+  GetEventsRequest e;
+  e.set_job_id(job_id);
+  GetEventsResponse events;
+  PS_RETURN_IF_ERROR(c.Call(&CoordinatorService::Stub::GetEvents, e, &events));
+  out->events.assign(events.events().begin(), events.events().end());
+  return absl::OkStatus();
+}
+
+std::string FormatTime(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms),
+                          absl::LocalTimeZone());
+}
+
+void PrintJob(const JobRecord& r) {
+  std::printf("job        %s (%s)\n", r.job_id().c_str(),
+              r.spec().name().c_str());
+  std::printf("state      %s%s%s\n", JobState_Name(r.state()).c_str(),
+              r.reason().empty() ? "" : ": ", r.reason().c_str());
+  std::printf(
+      "consistency %s\n",
+      ConsistencySpec::Model_Name(r.spec().consistency().model()).c_str());
+  std::printf("submitted  %s\nstarted    %s\nended      %s\n",
+              FormatTime(r.submit_time_ms()).c_str(),
+              FormatTime(r.start_time_ms()).c_str(),
+              FormatTime(r.end_time_ms()).c_str());
+  std::printf("progress   step %lld/%lld, epoch %.2f\n",
+              static_cast<long long>(r.global_step()),
+              static_cast<long long>(r.total_steps()), r.epoch());
+  std::printf(
+      "loss       %.4f\naccuracy   %.4f (best %.4f)\nthroughput %.0f "
+      "examples/s\n",
+      r.last_train_loss(), r.last_test_accuracy(), r.best_test_accuracy(),
+      r.examples_per_sec());
+  std::printf("workers    %d, servers %d, events %lld\n", r.workers_size(),
+              r.servers_size(), static_cast<long long>(r.num_events()));
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "psctl: submit, watch and compare training jobs on a parameter-server "
+      "cluster, and run a local one.\n"
+      "Exit codes: 0 ok, 1 job failed/cancelled or internal error, 2 usage, "
+      "3 coordinator unreachable, 4 no such job, 5 invalid input."};
+  app.require_subcommand(1);
+  Globals g;
+  app.add_option("--coordinator", g.coordinator,
+                 "Coordinator host:port (default: $PS_COORDINATOR, else the "
+                 "local cluster in --run_dir)");
+  app.add_option("--run_dir", g.run_dir,
+                 "Local cluster directory (pids, logs, ports, token)")
+      ->capture_default_str();
+  app.add_option("--token_file", g.token_file,
+                 "File holding the cluster token (default: $PS_TOKEN, else "
+                 "<run_dir>/token)");
+  app.add_option("--timeout", g.timeout_s, "Seconds to wait for each RPC")
+      ->capture_default_str();
+
+  // cluster up/down/status
+  CLI::App* cluster =
+      app.add_subcommand("cluster", "Start, stop or inspect a local cluster");
+  cluster->require_subcommand(1);
+  LocalClusterOptions up_opts;
+  CLI::App* up = cluster->add_subcommand(
+      "up", "Start a coordinator, N servers and M workers on this machine");
+  up->add_option("--servers", up_opts.servers, "Parameter-server shards")
+      ->capture_default_str();
+  up->add_option("--workers", up_opts.workers, "Workers")
+      ->capture_default_str();
+  up->add_option("--device", up_opts.device,
+                 "Worker device: cpu, cuda or cuda:N (default: a GPU if one "
+                 "works, else the CPU)");
+  up->add_option("--cpu_threads", up_opts.cpu_threads,
+                 "BLAS threads per CPU worker")
+      ->capture_default_str();
+  up->add_option("--bin_dir", up_opts.bin_dir,
+                 "Directory with coordinator, ps_server, ps_worker (default: "
+                 "next to psctl)");
+  std::vector<std::string> worker_flags, server_flags, coordinator_flags;
+  up->add_option("--worker_flag", worker_flags,
+                 "Extra flag for every worker (repeatable)");
+  up->add_option("--server_flag", server_flags,
+                 "Extra flag for every server (repeatable)");
+  up->add_option("--coordinator_flag", coordinator_flags,
+                 "Extra flag for the coordinator (repeatable)");
+  CLI::App* down = cluster->add_subcommand("down", "Stop the local cluster");
+  CLI::App* cstatus = cluster->add_subcommand(
+      "status", "Members and their health, and the local processes");
+
+  // jobs
+  std::string job_file, job_id, format = "csv", out_prefix = "compare";
+  bool wait = false;
+  double target = 0;
+  std::vector<std::string> job_ids;
+  CLI::App* submit =
+      app.add_subcommand("submit", "Submit a job spec (text format)");
+  submit->add_option("job", job_file, "Job spec .pbtxt")->required();
+  submit->add_flag("--wait", wait,
+                   "Follow the job with a progress bar until it ends");
+  CLI::App* list = app.add_subcommand("list", "List jobs");
+  CLI::App* status = app.add_subcommand("status", "Show one job");
+  status->add_option("job", job_id, "Job id")->required();
+  CLI::App* waitcmd = app.add_subcommand("wait", "Follow a job until it ends");
+  waitcmd->add_option("job", job_id, "Job id")->required();
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
+  cancel->add_option("job", job_id, "Job id")->required();
+  CLI::App* metrics =
+      app.add_subcommand("metrics", "Print a job's metric series");
+  metrics->add_option("job", job_id, "Job id")->required();
+  metrics->add_option("--format", format, "csv or json")
+      ->check(CLI::IsMember({"csv", "json"}))
+      ->capture_default_str();
+  CLI::App* events = app.add_subcommand("events", "Print a job's events");
+  events->add_option("job", job_id, "Job id")->required();
+  CLI::App* explain = app.add_subcommand(
+      "explain",
+      "Why a job is not moving: shards, barriers, clocks, heartbeats");
+  explain->add_option("job", job_id, "Job id")->required();
+  CLI::App* compare = app.add_subcommand(
+      "compare", "Compare jobs: a table, and plots <out>.png and <out>.svg");
+  compare->add_option("jobs", job_ids, "Job ids")->required();
+  compare->add_option(
+      "--target", target,
+      "Target test accuracy (default: the first job's target_accuracy)");
+  compare->add_option("--out", out_prefix, "Plot file prefix")
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kOk : kUsage;
+  }
+
+  if (*up) {
+    up_opts.run_dir = g.run_dir;
+    up_opts.worker_flags = worker_flags;
+    up_opts.server_flags = server_flags;
+    up_opts.coordinator_flags = coordinator_flags;
+    std::printf("starting %d servers and %d workers in %s ...\n",
+                up_opts.servers, up_opts.workers, g.run_dir.c_str());
+    absl::StatusOr<std::string> addr = ClusterUp(up_opts);
+    if (!addr.ok()) return Fail(addr.status());
+    std::printf("cluster up: coordinator %s, logs in %s/logs\n", addr->c_str(),
+                g.run_dir.c_str());
+    return kOk;
+  }
+  if (*down) {
+    absl::StatusOr<std::vector<std::string>> stopped = ClusterDown(g.run_dir);
+    if (!stopped.ok()) return Fail(stopped.status());
+    std::printf("stopped %zu processes\n", stopped->size());
+    return kOk;
+  }
+  if (*cstatus) {
+    const auto procs = ClusterProcesses(g.run_dir);
+    if (!procs.empty()) {
+      std::printf("%-14s %8s %-6s %s\n", "process", "pid", "state", "log");
+      for (const ProcessInfo& p : procs) {
+        std::printf("%-14s %8d %-6s %s\n", p.name.c_str(), p.pid,
+                    p.alive ? "up" : "DOWN", p.log.c_str());
+      }
+      std::printf("\n");
+    }
+    absl::StatusOr<Client> c = Client::Connect(g);
+    if (!c.ok()) return Fail(c.status());
+    ListMembersResponse members;
+    if (absl::Status s = c->Call(&CoordinatorService::Stub::ListMembers,
+                                 ListMembersRequest(), &members);
+        !s.ok()) {
+      return Fail(s);
+    }
+    const int64_t now = absl::ToUnixMillis(absl::Now());
+    std::printf("%-6s %-7s %-22s %-8s %-6s %s\n", "id", "role", "address",
+                "device", "state", "last heartbeat");
+    for (const Member& m : members.members()) {
+      std::printf("%-6lld %-7s %-22s %-8s %-6s %.1fs ago\n",
+                  static_cast<long long>(m.member_id()),
+                  MemberRole_Name(m.role()).c_str(), m.address().c_str(),
+                  m.device().c_str(), MemberState_Name(m.state()).c_str(),
+                  (now - m.last_heartbeat_ms()) / 1000.0);
+    }
+    return kOk;
+  }
+
+  absl::StatusOr<Client> c = Client::Connect(g);
+  if (!c.ok()) return Fail(c.status());
+
+  if (*submit) {
+    absl::StatusOr<JobSpec> spec = LoadJobSpec(job_file);
+    if (!spec.ok()) return Fail(spec.status());
+    SubmitJobRequest req;
+    *req.mutable_spec() = *spec;
+    SubmitJobResponse resp;
+    if (absl::Status s =
+            c->Call(&CoordinatorService::Stub::SubmitJob, req, &resp);
+        !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("%s\n", resp.job_id().c_str());
+    std::fflush(stdout);
+    return wait ? WaitForJob(*c, resp.job_id()) : kOk;
+  }
+  if (*waitcmd) return WaitForJob(*c, job_id);
+  if (*list) {
+    ListJobsResponse resp;
+    if (absl::Status s = c->Call(&CoordinatorService::Stub::ListJobs,
+                                 ListJobsRequest(), &resp);
+        !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("%-16s %-18s %-10s %-5s %10s %8s %8s\n", "job", "name", "state",
+                "model", "step", "loss", "acc");
+    for (const JobRecord& r : resp.jobs()) {
+      std::printf(
+          "%-16s %-18s %-10s %-5s %10lld %8.4f %8.4f\n", r.job_id().c_str(),
+          r.spec().name().substr(0, 18).c_str(),
+          JobState_Name(r.state()).c_str(),
+          ConsistencySpec::Model_Name(r.spec().consistency().model()).c_str(),
+          static_cast<long long>(r.global_step()), r.last_train_loss(),
+          r.last_test_accuracy());
+    }
+    return kOk;
+  }
+  if (*status) {
+    GetJobRequest req;
+    req.set_job_id(job_id);
+    JobRecord r;
+    if (absl::Status s = c->Call(&CoordinatorService::Stub::GetJob, req, &r);
+        !s.ok()) {
+      return Fail(s);
+    }
+    PrintJob(r);
+    return kOk;
+  }
+  if (*cancel) {
+    CancelJobRequest req;
+    req.set_job_id(job_id);
+    req.set_reason("cancelled with psctl");
+    CancelJobResponse resp;
+    if (absl::Status s =
+            c->Call(&CoordinatorService::Stub::CancelJob, req, &resp);
+        !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("job %s %s\n", job_id.c_str(),
+                JobState_Name(resp.state()).c_str());
+    return kOk;
+  }
+  if (*metrics) {
+    GetMetricsRequest req;
+    req.set_job_id(job_id);
+    GetMetricsResponse resp;
+    if (absl::Status s =
+            c->Call(&CoordinatorService::Stub::GetMetrics, req, &resp);
+        !s.ok()) {
+      return Fail(s);
+    }
+    if (format == "json") {
+      std::string json;
+      google::protobuf::util::JsonPrintOptions opts;
+      opts.add_whitespace = true;
+      opts.always_print_primitive_fields = true;
+      (void)google::protobuf::util::MessageToJsonString(resp, &json, opts);
+      std::printf("%s\n", json.c_str());
+    } else {
+      std::printf("job_id,member_id,name,step,epoch,time_ms,value\n");
+      for (const MetricPoint& p : resp.points()) {
+        std::printf("%s,%lld,%s,%lld,%.4f,%lld,%.9g\n", job_id.c_str(),
+                    static_cast<long long>(p.member_id()), p.name().c_str(),
+                    static_cast<long long>(p.step()), p.epoch(),
+                    static_cast<long long>(p.time_ms()), p.value());
+      }
+    }
+    return kOk;
+  }
+  if (*events) {
+    GetEventsRequest req;
+    req.set_job_id(job_id);
+    GetEventsResponse resp;
+    if (absl::Status s =
+            c->Call(&CoordinatorService::Stub::GetEvents, req, &resp);
+        !s.ok()) {
+      return Fail(s);
+    }
+    for (const JobEvent& e : resp.events()) {
+      std::printf("%s  %-16s %s\n", FormatTime(e.time_ms()).c_str(),
+                  e.kind().c_str(), e.message().c_str());
+    }
+    return kOk;
+  }
+  if (*explain) {
+    ExplainJobRequest req;
+    req.set_job_id(job_id);
+    ExplainJobResponse resp;
+    if (absl::Status s =
+            c->Call(&CoordinatorService::Stub::ExplainJob, req, &resp);
+        !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("%s", resp.text().c_str());
+    if (!resp.text().ends_with("\n")) std::printf("\n");
+    return kOk;
+  }
+  if (*compare) {
+    std::vector<JobData> jobs(job_ids.size());
+    std::vector<JobSummary> rows;
+    for (size_t i = 0; i < job_ids.size(); ++i) {
+      if (absl::Status s = FetchJobData(*c, job_ids[i], &jobs[i]); !s.ok()) {
+        return Fail(s);
+      }
+    }
+    if (target <= 0 && !jobs.empty())
+      target = jobs[0].record.spec().target_accuracy();
+    for (const JobData& j : jobs) rows.push_back(Summarize(j, target));
+    std::printf("%s", FormatComparison(rows, target).c_str());
+    if (absl::Status s = WritePlots(jobs, out_prefix); !s.ok()) {
+      std::fprintf(stderr, "psctl: plot not written: %s\n",
+                   std::string(s.message()).c_str());
+      return ExitFor(s);
+    }
+    std::printf("plots: %s.png %s.svg\n", out_prefix.c_str(),
+                out_prefix.c_str());
+    return kOk;
+  }
+  return kUsage;
+}
+
+}  // namespace ps::psctl
+
+int main(int argc, char** argv) { return ps::psctl::Main(argc, argv); }
