@@ -1,0 +1,37 @@
+#ifndef PS_KERNELS_BACKEND_TEST_SUITE_H_
+#define PS_KERNELS_BACKEND_TEST_SUITE_H_
+
+// Test-only: every op of the Backend API against a double-precision reference,
+// and the argument checks. Instantiate per backend:
+//
+//   INSTANTIATE_TEST_SUITE_P(Cpu, BackendOpsTest,
+//                            testing::Values(BackendFactory{"cpu", &MakeCpu}));
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+
+namespace ps::kernels {
+
+struct BackendFactory {
+  std::string name;
+  absl::StatusOr<std::unique_ptr<Backend>> (*create)();
+  // When creation fails: skip with the reason (no GPU) instead of failing.
+  bool skip_if_unavailable = false;
+};
+
+class BackendOpsTest : public testing::TestWithParam<BackendFactory> {
+ protected:
+  void SetUp() override;
+  std::unique_ptr<Backend> backend_;
+};
+
+std::string BackendFactoryName(
+    const testing::TestParamInfo<BackendFactory>& info);
+
+}  // namespace ps::kernels
+
+#endif  // PS_KERNELS_BACKEND_TEST_SUITE_H_

@@ -1,0 +1,379 @@
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/gemm_layout.h"
+#include "kernels/status_macros.h"
+
+#define PS_LAUNCH(kernel, grid, block, stream, ...) \
+  kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#include "kernels/cuda_kernels.cuh"
+
+namespace ps::kernels {
+namespace {
+
+absl::Status CudaStatus(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  std::string message = absl::StrCat(what, ": ", cudaGetErrorName(error), ": ",
+                                     cudaGetErrorString(error));
+  switch (error) {
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(message);
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+      return absl::FailedPreconditionError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+absl::Status CublasStatus(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  std::string message = absl::StrCat(what, ": ", cublasGetStatusName(status),
+                                     ": ", cublasGetStatusString(status));
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) {
+    return absl::ResourceExhaustedError(message);
+  }
+  return absl::InternalError(message);
+}
+
+class CudaRawAllocator final : public RawAllocator {
+ public:
+  explicit CudaRawAllocator(int device) : device_(device) {}
+  absl::StatusOr<void*> Allocate(int64_t bytes) override {
+    PS_KERNELS_RETURN_IF_ERROR(
+        CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+    void* ptr = nullptr;
+    PS_KERNELS_RETURN_IF_ERROR(
+        CudaStatus(cudaMalloc(&ptr, static_cast<size_t>(bytes)), "cudaMalloc"));
+    return ptr;
+  }
+  void Free(void* ptr) override {
+    // Errors here (a context already torn down at exit) have no one to go to.
+    cudaSetDevice(device_);
+    cudaFree(ptr);
+  }
+
+ private:
+  const int device_;
+};
+
+// Per-device resources: stream, cuBLAS handle and its workspace, the pinned
+// staging buffer. Owns all of them; Create() releases what it got on failure.
+class CudaContext {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(
+      const CudaBackendOptions& options) {
+    auto context = std::unique_ptr<CudaContext>(new CudaContext(options));
+    PS_KERNELS_RETURN_IF_ERROR(context->Init(options));
+    return context;
+  }
+
+  ~CudaContext() {
+    cudaSetDevice(device_);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    if (staging_ != nullptr) cudaFreeHost(staging_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  char* staging() const { return staging_; }
+  int64_t staging_bytes() const { return staging_bytes_; }
+  bool allow_tf32() const { return allow_tf32_; }
+
+  absl::Status Activate() const {
+    return CudaStatus(cudaSetDevice(device_), "cudaSetDevice");
+  }
+
+ private:
+  explicit CudaContext(const CudaBackendOptions& options)
+      : device_(options.device),
+        staging_bytes_(options.staging_bytes),
+        allow_tf32_(options.allow_tf32) {}
+
+  absl::Status Init(const CudaBackendOptions& options) {
+    PS_KERNELS_RETURN_IF_ERROR(Activate());
+    PS_KERNELS_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                   "cudaStreamCreateWithFlags"));
+    PS_KERNELS_RETURN_IF_ERROR(
+        CudaStatus(cudaMallocHost(reinterpret_cast<void**>(&staging_),
+                                  static_cast<size_t>(staging_bytes_)),
+                   "cudaMallocHost (staging buffer)"));
+    PS_KERNELS_RETURN_IF_ERROR(
+        CublasStatus(cublasCreate(&cublas_), "cublasCreate"));
+    PS_KERNELS_RETURN_IF_ERROR(
+        CublasStatus(cublasSetStream(cublas_, stream_), "cublasSetStream"));
+    if (options.cublas_workspace_bytes > 0) {
+      PS_KERNELS_RETURN_IF_ERROR(CudaStatus(
+          cudaMalloc(&workspace_,
+                     static_cast<size_t>(options.cublas_workspace_bytes)),
+          "cudaMalloc (cuBLAS workspace)"));
+      PS_KERNELS_RETURN_IF_ERROR(
+          CublasStatus(cublasSetWorkspace(
+                           cublas_, workspace_,
+                           static_cast<size_t>(options.cublas_workspace_bytes)),
+                       "cublasSetWorkspace"));
+    }
+    PS_KERNELS_RETURN_IF_ERROR(
+        CublasStatus(cublasSetMathMode(cublas_, options.allow_tf32
+                                                    ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                    : CUBLAS_DEFAULT_MATH),
+                     "cublasSetMathMode"));
+    return absl::OkStatus();
+  }
+
+  const int device_;
+  const int64_t staging_bytes_;
+  const bool allow_tf32_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* workspace_ = nullptr;
+  char* staging_ = nullptr;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::unique_ptr<CudaContext> context,
+              std::shared_ptr<CachingAllocator> allocator)
+      : context_(std::move(context)), allocator_(std::move(allocator)) {}
+
+  ~CudaBackend() override {
+    // Scratch goes back to the cache before the stream it was used on ends.
+    row_loss_ = DeviceBuffer();
+    context_.reset();
+  }
+
+  std::string Name() const override {
+    return absl::StrCat("cuda:", context_->device());
+  }
+
+ protected:
+  absl::StatusOr<DeviceBuffer> DoAllocate(int64_t bytes) override {
+    absl::StatusOr<CachingAllocator::Block> block = allocator_->Allocate(bytes);
+    if (!block.ok()) return block.status();
+    return DeviceBuffer(allocator_, *block, bytes);
+  }
+
+  // Pageable host memory is staged through the pinned buffer in chunks; each
+  // chunk completes before the staging buffer is refilled.
+  absl::Status DoCopyToDevice(const void* host, void* device,
+                              int64_t bytes) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    const char* src = static_cast<const char*>(host);
+    char* dst = static_cast<char*>(device);
+    for (int64_t done = 0; done < bytes;) {
+      const int64_t chunk = std::min(bytes - done, context_->staging_bytes());
+      std::memcpy(context_->staging(), src + done, static_cast<size_t>(chunk));
+      PS_KERNELS_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(dst + done, context_->staging(),
+                          static_cast<size_t>(chunk), cudaMemcpyHostToDevice,
+                          context_->stream()),
+          "cudaMemcpyAsync (host to device)"));
+      PS_KERNELS_RETURN_IF_ERROR(CudaStatus(
+          cudaStreamSynchronize(context_->stream()), "cudaStreamSynchronize"));
+      done += chunk;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DoCopyToHost(const void* device, void* host,
+                            int64_t bytes) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    const char* src = static_cast<const char*>(device);
+    char* dst = static_cast<char*>(host);
+    for (int64_t done = 0; done < bytes;) {
+      const int64_t chunk = std::min(bytes - done, context_->staging_bytes());
+      PS_KERNELS_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(context_->staging(), src + done,
+                          static_cast<size_t>(chunk), cudaMemcpyDeviceToHost,
+                          context_->stream()),
+          "cudaMemcpyAsync (device to host)"));
+      PS_KERNELS_RETURN_IF_ERROR(CudaStatus(
+          cudaStreamSynchronize(context_->stream()), "cudaStreamSynchronize"));
+      std::memcpy(dst + done, context_->staging(), static_cast<size_t>(chunk));
+      done += chunk;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DoCopyOnDevice(const void* src, void* dst,
+                              int64_t bytes) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    return CudaStatus(
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                        cudaMemcpyDeviceToDevice, context_->stream()),
+        "cudaMemcpyAsync (device to device)");
+  }
+
+  absl::Status DoSynchronize() override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    return CudaStatus(cudaStreamSynchronize(context_->stream()),
+                      "cudaStreamSynchronize");
+  }
+
+  // cuBLAS is column-major: see gemm_layout.h.
+  absl::Status DoGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+                      float alpha, const float* a, int lda, const float* b,
+                      int ldb, float beta, float* c, int ldc) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    const ColumnMajorGemm g =
+        ToColumnMajor(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+    const auto op = [](Transpose t) {
+      return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
+    };
+    const cublasComputeType_t compute = context_->allow_tf32()
+                                            ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                            : CUBLAS_COMPUTE_32F;
+    return CublasStatus(
+        cublasGemmEx(context_->cublas(), op(g.trans_a), op(g.trans_b), g.m, g.n,
+                     g.k, &alpha, g.a, CUDA_R_32F, g.lda, g.b, CUDA_R_32F,
+                     g.ldb, &beta, g.c, CUDA_R_32F, g.ldc, compute,
+                     CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+  }
+
+  absl::Status DoBiasAdd(const float* bias, int64_t rows, int64_t cols,
+                         float* y) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchBiasAdd(context_->stream(), bias, rows, cols, y);
+    return LaunchStatus("BiasAdd");
+  }
+  absl::Status DoBiasGrad(const float* dy, int64_t rows, int64_t cols,
+                          float* dbias) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchBiasGrad(context_->stream(), dy, rows, cols, dbias);
+    return LaunchStatus("BiasGrad");
+  }
+  absl::Status DoActivationForward(Activation act, const float* x, int64_t n,
+                                   float* y) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchActivationForward(context_->stream(), act, x, n, y);
+    return LaunchStatus("ActivationForward");
+  }
+  absl::Status DoActivationBackward(Activation act, const float* y,
+                                    const float* dy, int64_t n,
+                                    float* dx) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchActivationBackward(context_->stream(), act, y, dy, n, dx);
+    return LaunchStatus("ActivationBackward");
+  }
+  absl::Status DoSoftmaxCrossEntropy(const float* logits, const int32_t* labels,
+                                     int64_t rows, int64_t cols, float* loss,
+                                     float* dlogits) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    const int64_t needed = rows * static_cast<int64_t>(sizeof(float));
+    if (row_loss_.bytes() < needed) {
+      absl::StatusOr<DeviceBuffer> scratch = DoAllocate(needed);
+      if (!scratch.ok()) return scratch.status();
+      row_loss_ = *std::move(scratch);
+    }
+    cuda::LaunchSoftmaxCrossEntropy(context_->stream(), logits, labels, rows,
+                                    cols, static_cast<float*>(row_loss_.data()),
+                                    loss, dlogits);
+    return LaunchStatus("SoftmaxCrossEntropy");
+  }
+  absl::Status DoArgmax(const float* x, int64_t rows, int64_t cols,
+                        int32_t* out) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchArgmax(context_->stream(), x, rows, cols, out);
+    return LaunchStatus("Argmax");
+  }
+  absl::Status DoAxpy(float alpha, const float* x, int64_t n,
+                      float* y) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchAxpy(context_->stream(), alpha, x, n, y);
+    return LaunchStatus("Axpy");
+  }
+  absl::Status DoScale(float alpha, int64_t n, float* x) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchScale(context_->stream(), alpha, n, x);
+    return LaunchStatus("Scale");
+  }
+  absl::Status DoFill(float value, int64_t n, float* x) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchFill(context_->stream(), value, n, x);
+    return LaunchStatus("Fill");
+  }
+  absl::Status DoInitialize(Initializer kind, uint64_t seed, int64_t fan_in,
+                            int64_t fan_out, int64_t n, float* x) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchInitialize(context_->stream(), kind, seed, fan_in, fan_out, n,
+                           x);
+    return LaunchStatus("Initialize");
+  }
+  absl::Status DoCastFromFloat(const float* x, int64_t n, DType to,
+                               uint16_t* y) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchCastFromFloat(context_->stream(), x, n, to, y);
+    return LaunchStatus("CastFromFloat");
+  }
+  absl::Status DoCastToFloat(DType from, const uint16_t* x, int64_t n,
+                             float* y) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchCastToFloat(context_->stream(), from, x, n, y);
+    return LaunchStatus("CastToFloat");
+  }
+
+ private:
+  static absl::Status LaunchStatus(const char* op) {
+    return CudaStatus(cudaGetLastError(), op);
+  }
+
+  std::unique_ptr<CudaContext> context_;
+  std::shared_ptr<CachingAllocator> allocator_;
+  DeviceBuffer row_loss_;  // SoftmaxCrossEntropy's per-row losses
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    const CudaBackendOptions& options) {
+  if (options.staging_bytes <= 0 || options.cublas_workspace_bytes < 0 ||
+      options.max_cached_bytes < 0) {
+    return absl::InvalidArgumentError(
+        "CudaBackendOptions: staging_bytes must be positive and byte counts "
+        "non-negative");
+  }
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no usable CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(error),
+        ": ", cudaGetErrorString(error), "; use the CPU backend"));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        "no CUDA device present; use the CPU backend");
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", options.device, " does not exist (", count,
+                     " present)"));
+  }
+  absl::StatusOr<std::unique_ptr<CudaContext>> context =
+      CudaContext::Create(options);
+  if (!context.ok()) return context.status();
+  auto allocator = std::make_shared<CachingAllocator>(
+      std::make_unique<CudaRawAllocator>(options.device),
+      options.max_cached_bytes);
+  return std::unique_ptr<Backend>(
+      std::make_unique<CudaBackend>(*std::move(context), std::move(allocator)));
+}
+
+}  // namespace ps::kernels

@@ -1,0 +1,32 @@
+#include "kernels/host_memory.h"
+
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace ps::kernels {
+namespace {
+
+class AlignedHostAllocator final : public RawAllocator {
+ public:
+  absl::StatusOr<void*> Allocate(int64_t bytes) override {
+    constexpr int64_t kAlign = 256;
+    const int64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    void* ptr = std::aligned_alloc(kAlign, static_cast<size_t>(rounded));
+    if (ptr == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("host allocation of ", bytes, " bytes failed"));
+    }
+    return ptr;
+  }
+  void Free(void* ptr) override { std::free(ptr); }
+};
+
+}  // namespace
+
+std::unique_ptr<RawAllocator> NewAlignedHostAllocator() {
+  return std::make_unique<AlignedHostAllocator>();
+}
+
+}  // namespace ps::kernels

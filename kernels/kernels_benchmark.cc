@@ -1,0 +1,287 @@
+// GEMM through the op API next to OpenBLAS called directly, and one training
+// step of the 784-256-128-10 MLP at batch 128.
+//
+//   bazel run -c opt //kernels:kernels_benchmark -- --blas_threads=1
+//
+// --blas_threads=N (default 1) bounds OpenBLAS's threads; all other flags go
+// to Google Benchmark. CUDA benchmarks report an error where no GPU works.
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "kernels/backend.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/mlp.h"
+
+namespace ps::kernels {
+namespace {
+
+int blas_threads = 1;
+
+std::vector<float> RandomVector(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void SetGemmCounters(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+// Args: m, n, k, trans_a, trans_b (C[m,n] = op(A) op(B), row-major).
+void BM_CblasSgemm(benchmark::State& state) {
+  const int m = state.range(0), n = state.range(1), k = state.range(2);
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
+  openblas_set_num_threads(blas_threads);
+  const std::vector<float> a = RandomVector(int64_t{m} * k, 1);
+  const std::vector<float> b = RandomVector(int64_t{k} * n, 2);
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a.data(),
+                ta ? m : k, b.data(), tb ? k : n, 0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  SetGemmCounters(state, m, n, k);
+}
+
+std::unique_ptr<Backend> MakeBackend(benchmark::State& state, bool cuda) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      cuda ? CreateCudaBackend({})
+           : CreateCpuBackend({.num_threads = blas_threads});
+  if (!backend.ok()) {
+    state.SkipWithError(std::string(backend.status().message()).c_str());
+    return nullptr;
+  }
+  return *std::move(backend);
+}
+
+DeviceBuffer Upload(Backend& backend, const std::vector<float>& host) {
+  DeviceBuffer buffer = *backend.AllocateArray<float>(host.size());
+  (void)backend.CopyToDevice(host.data(), buffer.data(),
+                             host.size() * sizeof(float));
+  return buffer;
+}
+
+void BackendGemm(benchmark::State& state, bool cuda) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const Transpose ta = state.range(3) ? Transpose::kYes : Transpose::kNo;
+  const Transpose tb = state.range(4) ? Transpose::kYes : Transpose::kNo;
+  std::unique_ptr<Backend> backend = MakeBackend(state, cuda);
+  if (backend == nullptr) return;
+  DeviceBuffer a = Upload(*backend, RandomVector(m * k, 1));
+  DeviceBuffer b = Upload(*backend, RandomVector(k * n, 2));
+  DeviceBuffer c = *backend->AllocateArray<float>(m * n);
+  const auto ma =
+      ta == Transpose::kYes ? a.Matrix<float>(k, m) : a.Matrix<float>(m, k);
+  const auto mb =
+      tb == Transpose::kYes ? b.Matrix<float>(n, k) : b.Matrix<float>(k, n);
+  for (auto _ : state) {
+    const absl::Status s =
+        backend->Gemm(ta, tb, 1.0f, ma, mb, 0.0f, c.Matrix<float>(m, n));
+    if (!s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      break;
+    }
+  }
+  (void)backend->Synchronize();
+  SetGemmCounters(state, m, n, k);
+}
+
+void BM_CpuBackendGemm(benchmark::State& state) { BackendGemm(state, false); }
+void BM_CudaBackendGemm(benchmark::State& state) { BackendGemm(state, true); }
+
+void GemmShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"m", "n", "k", "ta", "tb"});
+  // The MLP 784-256-128-10 at batch 128: forward, weight and input gradients.
+  b->Args({128, 256, 784, 0, 0});
+  b->Args({128, 128, 256, 0, 0});
+  b->Args({128, 10, 128, 0, 0});
+  b->Args({784, 256, 128, 1, 0});
+  b->Args({256, 128, 128, 1, 0});
+  b->Args({128, 256, 128, 0, 1});
+  b->Args({1024, 1024, 1024, 0, 0});
+}
+
+BENCHMARK(BM_CblasSgemm)->Apply(GemmShapes)->UseRealTime();
+BENCHMARK(BM_CpuBackendGemm)->Apply(GemmShapes)->UseRealTime();
+BENCHMARK(BM_CudaBackendGemm)->Apply(GemmShapes)->UseRealTime();
+
+double Median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// The within-5% check: each iteration runs OpenBLAS directly and then the CPU
+// backend's Gemm on the same operands, so both see the same machine load;
+// counters are median rates over the iterations and their ratio.
+void BM_GemmBackendVsCblas(benchmark::State& state) {
+  const int m = state.range(0), n = state.range(1), k = state.range(2);
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
+  std::unique_ptr<Backend> backend = MakeBackend(state, /*cuda=*/false);
+  if (backend == nullptr) return;
+  // The CPU backend's "device" memory is host memory: share the operands.
+  DeviceBuffer a = Upload(*backend, RandomVector(int64_t{m} * k, 1));
+  DeviceBuffer b = Upload(*backend, RandomVector(int64_t{k} * n, 2));
+  DeviceBuffer c = *backend->AllocateArray<float>(int64_t{m} * n);
+  const auto ma = ta ? a.Matrix<float>(k, m) : a.Matrix<float>(m, k);
+  const auto mb = tb ? b.Matrix<float>(n, k) : b.Matrix<float>(k, n);
+  std::vector<double> direct_s, ours_s;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, ma.data,
+                static_cast<int>(ma.cols), mb.data, static_cast<int>(mb.cols),
+                0.0f, c.Matrix<float>(m, n).data, n);
+    const auto t1 = Clock::now();
+    const absl::Status s =
+        backend->Gemm(ta ? Transpose::kYes : Transpose::kNo,
+                      tb ? Transpose::kYes : Transpose::kNo, 1.0f, ma, mb, 0.0f,
+                      c.Matrix<float>(m, n));
+    const auto t2 = Clock::now();
+    if (!s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      return;
+    }
+    direct_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+    ours_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  const double flop = 2.0 * m * n * k;
+  const double direct = flop / Median(direct_s) / 1e9;
+  const double ours = flop / Median(ours_s) / 1e9;
+  state.counters["cblas_GFLOP/s"] = direct;
+  state.counters["ours_GFLOP/s"] = ours;
+  state.counters["ours/cblas"] = ours / direct;
+}
+
+BENCHMARK(BM_GemmBackendVsCblas)->Apply(GemmShapes)->UseRealTime();
+
+constexpr int64_t kBatch = 128;
+const std::vector<int64_t> kLayers = {784, 256, 128, 10};
+
+// The GEMMs one MLP step issues, with the same shapes, through the backend.
+absl::Status StepGemms(Backend& backend, const std::vector<DeviceBuffer>& acts,
+                       const std::vector<DeviceBuffer>& weights,
+                       const DeviceBuffer& delta, const DeviceBuffer& out) {
+  const int layers = static_cast<int>(kLayers.size()) - 1;
+  for (int i = 0; i < layers; ++i) {  // forward
+    absl::Status s =
+        backend.Gemm(Transpose::kNo, Transpose::kNo, 1.0f,
+                     acts[i].Matrix<float>(kBatch, kLayers[i]),
+                     weights[i].Matrix<float>(kLayers[i], kLayers[i + 1]), 0.0f,
+                     acts[i + 1].Matrix<float>(kBatch, kLayers[i + 1]));
+    if (!s.ok()) return s;
+  }
+  for (int i = layers - 1; i >= 0; --i) {  // backward
+    absl::Status s =
+        backend.Gemm(Transpose::kYes, Transpose::kNo, 1.0f,
+                     acts[i].Matrix<float>(kBatch, kLayers[i]),
+                     delta.Matrix<float>(kBatch, kLayers[i + 1]), 0.0f,
+                     out.Matrix<float>(kLayers[i], kLayers[i + 1]));
+    if (!s.ok()) return s;
+    if (i == 0) break;
+    s = backend.Gemm(Transpose::kNo, Transpose::kYes, 1.0f,
+                     delta.Matrix<float>(kBatch, kLayers[i + 1]),
+                     weights[i].Matrix<float>(kLayers[i], kLayers[i + 1]), 0.0f,
+                     out.Matrix<float>(kBatch, kLayers[i]));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void MlpStep(benchmark::State& state, bool cuda) {
+  std::unique_ptr<Backend> backend = MakeBackend(state, cuda);
+  if (backend == nullptr) return;
+  absl::StatusOr<std::unique_ptr<Mlp>> mlp =
+      Mlp::Create(backend.get(), {.layer_sizes = kLayers});
+  if (!mlp.ok() || !(*mlp)->InitializeParameters(1).ok()) {
+    state.SkipWithError("Mlp::Create failed");
+    return;
+  }
+  const std::vector<float> images = RandomVector(kBatch * kLayers[0], 3);
+  std::vector<int32_t> labels(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) labels[i] = static_cast<int32_t>(i % 10);
+  for (auto _ : state) {
+    absl::StatusOr<float> loss = (*mlp)->TrainStep(images, labels);
+    if (!loss.ok()) {
+      state.SkipWithError(std::string(loss.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(*loss);
+  }
+
+  // Share outside GEMM: outside the timed loop, alternate one step and the
+  // step's GEMMs alone (same shapes, same backend); compare the medians, so
+  // both halves see the same machine load.
+  std::vector<DeviceBuffer> acts, weights;
+  for (int64_t size : kLayers) {
+    acts.push_back(Upload(*backend, RandomVector(kBatch * size, 4)));
+  }
+  for (size_t i = 0; i + 1 < kLayers.size(); ++i) {
+    weights.push_back(
+        Upload(*backend, RandomVector(kLayers[i] * kLayers[i + 1], 5)));
+  }
+  DeviceBuffer delta = Upload(*backend, RandomVector(kBatch * 256, 6));
+  DeviceBuffer out = *backend->AllocateArray<float>(784 * 256);
+  const int reps = static_cast<int>(std::min<int64_t>(state.iterations(), 500));
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> step_s, gemm_s;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    (void)(*mlp)->TrainStep(images, labels);
+    const auto t1 = Clock::now();
+    (void)StepGemms(*backend, acts, weights, delta, out);
+    (void)backend->Synchronize();
+    const auto t2 = Clock::now();
+    step_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+    gemm_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  const double step = Median(step_s), gemm = Median(gemm_s);
+  state.counters["step_ms_median"] = 1e3 * step;
+  state.counters["gemm_ms_median"] = 1e3 * gemm;
+  state.counters["non_gemm_share"] = 1.0 - gemm / step;
+}
+
+void BM_CpuMlpTrainStep(benchmark::State& state) { MlpStep(state, false); }
+void BM_CudaMlpTrainStep(benchmark::State& state) { MlpStep(state, true); }
+
+BENCHMARK(BM_CpuMlpTrainStep)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaMlpTrainStep)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace ps::kernels
+
+int main(int argc, char** argv) {
+  // Take --blas_threads=N out before Google Benchmark sees the flags.
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    constexpr char kFlag[] = "--blas_threads=";
+    if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
+      ps::kernels::blas_threads = std::atoi(argv[i] + sizeof(kFlag) - 1);
+      if (ps::kernels::blas_threads < 1) ps::kernels::blas_threads = 1;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,305 @@
+#include "kernels/mlp.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+
+namespace ps::kernels {
+
+Mlp::Mlp(Backend* backend, const MlpOptions& options)
+    : backend_(backend),
+      sizes_(options.layer_sizes),
+      activation_(options.activation) {
+  for (int i = 0; i < num_layers(); ++i) {
+    info_.push_back({absl::StrCat("fc", i, "/weight"),
+                     {sizes_[i], sizes_[i + 1]},
+                     sizes_[i] * sizes_[i + 1]});
+    info_.push_back(
+        {absl::StrCat("fc", i, "/bias"), {sizes_[i + 1]}, sizes_[i + 1]});
+  }
+}
+
+Mlp::~Mlp() = default;
+
+absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(Backend* backend,
+                                                 const MlpOptions& options) {
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError("Mlp: backend is null");
+  }
+  if (options.layer_sizes.size() < 2) {
+    return absl::InvalidArgumentError(
+        "Mlp: layer_sizes needs at least an input and an output size");
+  }
+  for (int64_t size : options.layer_sizes) {
+    if (size <= 0 || size > (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Mlp: layer size ", size, " is outside [1, 2^24]"));
+    }
+  }
+  if (options.activation != Activation::kRelu &&
+      options.activation != Activation::kTanh) {
+    return absl::InvalidArgumentError("Mlp: unknown activation");
+  }
+  auto mlp = std::unique_ptr<Mlp>(new Mlp(backend, options));
+  PS_KERNELS_RETURN_IF_ERROR(mlp->Allocate());
+  return mlp;
+}
+
+absl::Status Mlp::Allocate() {
+  for (const ParameterInfo& p : info_) {
+    absl::StatusOr<DeviceBuffer> param = backend_->AllocateArray<float>(p.size);
+    if (!param.ok()) return param.status();
+    absl::StatusOr<DeviceBuffer> grad = backend_->AllocateArray<float>(p.size);
+    if (!grad.ok()) return grad.status();
+    PS_KERNELS_RETURN_IF_ERROR(
+        backend_->Fill(0.0f, param->Span<float>(p.size)));
+    PS_KERNELS_RETURN_IF_ERROR(backend_->Fill(0.0f, grad->Span<float>(p.size)));
+    params_.push_back(*std::move(param));
+    grads_.push_back(*std::move(grad));
+  }
+  absl::StatusOr<DeviceBuffer> loss = backend_->AllocateArray<float>(1);
+  if (!loss.ok()) return loss.status();
+  loss_ = *std::move(loss);
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::EnsureBatchCapacity(int64_t batch) {
+  if (batch <= capacity_) return absl::OkStatus();
+  const int64_t max_width = *std::max_element(sizes_.begin(), sizes_.end());
+  std::vector<DeviceBuffer> acts;
+  for (int64_t size : sizes_) {
+    absl::StatusOr<DeviceBuffer> b =
+        backend_->AllocateArray<float>(batch * size);
+    if (!b.ok()) return b.status();
+    acts.push_back(*std::move(b));
+  }
+  DeviceBuffer delta[2];
+  for (DeviceBuffer& d : delta) {
+    absl::StatusOr<DeviceBuffer> b =
+        backend_->AllocateArray<float>(batch * max_width);
+    if (!b.ok()) return b.status();
+    d = *std::move(b);
+  }
+  absl::StatusOr<DeviceBuffer> labels = backend_->AllocateArray<int32_t>(batch);
+  if (!labels.ok()) return labels.status();
+  absl::StatusOr<DeviceBuffer> argmax = backend_->AllocateArray<int32_t>(batch);
+  if (!argmax.ok()) return argmax.status();
+  acts_ = std::move(acts);
+  delta_[0] = std::move(delta[0]);
+  delta_[1] = std::move(delta[1]);
+  labels_ = *std::move(labels);
+  argmax_ = *std::move(argmax);
+  capacity_ = batch;
+  return absl::OkStatus();
+}
+
+int Mlp::FindParameter(std::string_view name) const {
+  for (int i = 0; i < num_parameters(); ++i) {
+    if (info_[i].name == name) return i;
+  }
+  return -1;
+}
+
+absl::Status Mlp::CheckIndex(int index) const {
+  if (index < 0 || index >= num_parameters()) {
+    return absl::InvalidArgumentError(absl::StrCat("Mlp: parameter index ",
+                                                   index, " outside [0, ",
+                                                   num_parameters(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::InitializeParameters(uint64_t seed) {
+  const Initializer kind = activation_ == Activation::kTanh
+                               ? Initializer::kXavierUniform
+                               : Initializer::kHeUniform;
+  for (int i = 0; i < num_parameters(); ++i) {
+    const ParameterInfo& p = info_[i];
+    DeviceSpan<float> dst = params_[i].Span<float>(p.size);
+    if (p.shape.size() == 2) {
+      PS_KERNELS_RETURN_IF_ERROR(
+          backend_->Initialize(kind, seed + i, p.shape[0], p.shape[1], dst));
+    } else {
+      PS_KERNELS_RETURN_IF_ERROR(backend_->Fill(0.0f, dst));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::SetParameter(int index, absl::Span<const float> host) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  const ParameterInfo& p = info_[index];
+  if (static_cast<int64_t>(host.size()) != p.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Mlp: ", p.name, " has ", p.size, " elements, got ", host.size()));
+  }
+  return backend_->CopyToDevice(host.data(), params_[index].data(),
+                                p.size * static_cast<int64_t>(sizeof(float)));
+}
+
+absl::Status Mlp::SetParameterFromDevice(int index,
+                                         DeviceSpan<const float> src) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  const ParameterInfo& p = info_[index];
+  if (src.size != p.size || src.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Mlp: ", p.name, " has ", p.size, " elements, got a device span of ",
+        src.size, src.data == nullptr ? " (null)" : ""));
+  }
+  return backend_->CopyOnDevice(src.data, params_[index].data(),
+                                p.size * static_cast<int64_t>(sizeof(float)));
+}
+
+absl::Status Mlp::GetParameter(int index, absl::Span<float> host) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  const ParameterInfo& p = info_[index];
+  if (static_cast<int64_t>(host.size()) != p.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Mlp: ", p.name, " has ", p.size, " elements, got ", host.size()));
+  }
+  return backend_->CopyToHost(params_[index].data(), host.data(),
+                              p.size * static_cast<int64_t>(sizeof(float)));
+}
+
+DeviceSpan<float> Mlp::parameter(int index) {
+  if (index < 0 || index >= num_parameters()) return {};
+  return params_[index].Span<float>(info_[index].size);
+}
+
+DeviceSpan<const float> Mlp::gradient(int index) const {
+  if (index < 0 || index >= num_parameters()) return {};
+  return grads_[index].Span<float>(info_[index].size);
+}
+
+absl::Status Mlp::GetGradient(int index, absl::Span<float> host) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  const ParameterInfo& p = info_[index];
+  if (static_cast<int64_t>(host.size()) != p.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Mlp: gradient of ", p.name, " has ", p.size,
+                     " elements, got ", host.size()));
+  }
+  return backend_->CopyToHost(grads_[index].data(), host.data(),
+                              p.size * static_cast<int64_t>(sizeof(float)));
+}
+
+absl::StatusOr<int64_t> Mlp::LoadBatch(absl::Span<const float> images,
+                                       absl::Span<const int32_t> labels) {
+  const int64_t batch = static_cast<int64_t>(labels.size());
+  if (batch == 0) return absl::InvalidArgumentError("Mlp: empty batch");
+  if (static_cast<int64_t>(images.size()) != batch * sizes_.front()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Mlp: ", batch, " labels need ", batch * sizes_.front(),
+                     " image values, got ", images.size()));
+  }
+  const int64_t classes = sizes_.back();
+  for (int64_t r = 0; r < batch; ++r) {
+    if (labels[r] < 0 || labels[r] >= classes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Mlp: label ", labels[r], " of example ", r,
+                       " is outside [0, ", classes, ")"));
+    }
+  }
+  PS_KERNELS_RETURN_IF_ERROR(EnsureBatchCapacity(batch));
+  PS_KERNELS_RETURN_IF_ERROR(backend_->CopyToDevice(
+      images.data(), acts_[0].data(),
+      static_cast<int64_t>(images.size() * sizeof(float))));
+  PS_KERNELS_RETURN_IF_ERROR(backend_->CopyToDevice(
+      labels.data(), labels_.data(),
+      static_cast<int64_t>(labels.size() * sizeof(int32_t))));
+  return batch;
+}
+
+absl::Status Mlp::Forward(int64_t batch) {
+  for (int i = 0; i < num_layers(); ++i) {
+    DeviceMatrix<const float> in = acts_[i].Matrix<float>(batch, sizes_[i]);
+    DeviceMatrix<float> out = acts_[i + 1].Matrix<float>(batch, sizes_[i + 1]);
+    DeviceMatrix<const float> w =
+        params_[2 * i].Matrix<float>(sizes_[i], sizes_[i + 1]);
+    DeviceSpan<const float> b = params_[2 * i + 1].Span<float>(sizes_[i + 1]);
+    PS_KERNELS_RETURN_IF_ERROR(
+        backend_->Gemm(Transpose::kNo, Transpose::kNo, 1.0f, in, w, 0.0f, out));
+    PS_KERNELS_RETURN_IF_ERROR(backend_->BiasAdd(b, out));
+    if (i + 1 < num_layers()) {
+      PS_KERNELS_RETURN_IF_ERROR(
+          backend_->ActivationForward(activation_, out.flat(), out.flat()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
+                                     absl::Span<const int32_t> labels,
+                                     const GradientReadyFn& on_gradient_ready) {
+  absl::StatusOr<int64_t> batch_or = LoadBatch(images, labels);
+  if (!batch_or.ok()) return batch_or.status();
+  const int64_t batch = *batch_or;
+  PS_KERNELS_RETURN_IF_ERROR(Forward(batch));
+
+  const int last = num_layers() - 1;
+  int cur = 0;
+  DeviceMatrix<float> dz = delta_[cur].Matrix<float>(batch, sizes_.back());
+  PS_KERNELS_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
+      acts_[last + 1].Matrix<float>(batch, sizes_.back()),
+      labels_.Span<int32_t>(batch), loss_.Span<float>(1), dz));
+
+  for (int i = last; i >= 0; --i) {
+    DeviceMatrix<const float> in = acts_[i].Matrix<float>(batch, sizes_[i]);
+    // dW = in^T dz; db = column sums of dz.
+    PS_KERNELS_RETURN_IF_ERROR(
+        backend_->Gemm(Transpose::kYes, Transpose::kNo, 1.0f, in, dz, 0.0f,
+                       grads_[2 * i].Matrix<float>(sizes_[i], sizes_[i + 1])));
+    PS_KERNELS_RETURN_IF_ERROR(
+        backend_->BiasGrad(dz, grads_[2 * i + 1].Span<float>(sizes_[i + 1])));
+    if (on_gradient_ready) {
+      on_gradient_ready(2 * i);
+      on_gradient_ready(2 * i + 1);
+    }
+    if (i == 0) break;  // no gradient for the input
+    // d(in) = dz W^T, then through the activation that produced `in`.
+    DeviceMatrix<float> din = delta_[1 - cur].Matrix<float>(batch, sizes_[i]);
+    PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+        Transpose::kNo, Transpose::kYes, 1.0f, dz,
+        params_[2 * i].Matrix<float>(sizes_[i], sizes_[i + 1]), 0.0f, din));
+    PS_KERNELS_RETURN_IF_ERROR(backend_->ActivationBackward(
+        activation_, in.flat(), din.flat(), din.flat()));
+    cur = 1 - cur;
+    dz = din;
+  }
+  float loss = 0.0f;
+  PS_KERNELS_RETURN_IF_ERROR(
+      backend_->CopyToHost(loss_.data(), &loss, sizeof(loss)));
+  return loss;
+}
+
+absl::StatusOr<Mlp::Evaluation> Mlp::Evaluate(
+    absl::Span<const float> images, absl::Span<const int32_t> labels) {
+  absl::StatusOr<int64_t> batch_or = LoadBatch(images, labels);
+  if (!batch_or.ok()) return batch_or.status();
+  const int64_t batch = *batch_or;
+  PS_KERNELS_RETURN_IF_ERROR(Forward(batch));
+  DeviceMatrix<const float> logits =
+      acts_.back().Matrix<float>(batch, sizes_.back());
+  PS_KERNELS_RETURN_IF_ERROR(
+      backend_->SoftmaxCrossEntropy(logits, labels_.Span<int32_t>(batch),
+                                    loss_.Span<float>(1), std::nullopt));
+  PS_KERNELS_RETURN_IF_ERROR(
+      backend_->Argmax(logits, argmax_.Span<int32_t>(batch)));
+  std::vector<int32_t> predicted(static_cast<size_t>(batch));
+  PS_KERNELS_RETURN_IF_ERROR(
+      backend_->CopyToHost(argmax_.data(), predicted.data(),
+                           batch * static_cast<int64_t>(sizeof(int32_t))));
+  Evaluation eval;
+  PS_KERNELS_RETURN_IF_ERROR(
+      backend_->CopyToHost(loss_.data(), &eval.loss, sizeof(eval.loss)));
+  eval.examples = batch;
+  for (int64_t r = 0; r < batch; ++r) {
+    if (predicted[r] == labels[r]) ++eval.correct;
+  }
+  return eval;
+}
+
+}  // namespace ps::kernels

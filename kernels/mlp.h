@@ -1,0 +1,133 @@
+#ifndef PS_KERNELS_MLP_H_
+#define PS_KERNELS_MLP_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+
+namespace ps::kernels {
+
+struct MlpOptions {
+  // {input, hidden..., classes}, e.g. {784, 256, 128, 10}; at least two sizes.
+  std::vector<int64_t> layer_sizes;
+  // Applied after every layer but the last (whose output is the logits).
+  Activation activation = Activation::kRelu;
+};
+
+// The parameter tensors, in the order the parameter server uses
+// (common/model.h): "fc<i>/weight" [in, out], then "fc<i>/bias" [out], for
+// i = 0, 1, ...
+struct ParameterInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t size = 0;  // elements
+};
+
+// A multi-layer perceptron with softmax cross-entropy loss, over the op API
+// only: the same code runs on every backend.
+//
+//   auto mlp = Mlp::Create(backend.get(), {.layer_sizes = {784, 256, 128,
+//   10}}); for (int i = 0; i < mlp->num_parameters(); ++i)
+//     mlp->SetParameter(i, pulled[i]);                // host fp32
+//   absl::StatusOr<float> loss = mlp->TrainStep(images, labels);
+//   for (int i = 0; i < mlp->num_parameters(); ++i)
+//     mlp->GetGradient(i, grads[i]);                  // host fp32
+//   absl::StatusOr<Mlp::Evaluation> eval = mlp->Evaluate(images, labels);
+//
+// Owns its parameter, gradient and activation buffers (device memory of the
+// backend), which it grows to the largest batch seen. The backend is not
+// owned and must outlive the Mlp. Not thread-safe.
+//
+// Errors: INVALID_ARGUMENT for bad sizes, wrong host buffer lengths, labels
+// outside [0, classes); the backend's errors otherwise.
+class Mlp {
+ public:
+  static absl::StatusOr<std::unique_ptr<Mlp>> Create(Backend* backend,
+                                                     const MlpOptions& options);
+
+  Mlp(const Mlp&) = delete;
+  Mlp& operator=(const Mlp&) = delete;
+  ~Mlp();
+
+  const std::vector<ParameterInfo>& parameters() const { return info_; }
+  int num_parameters() const { return static_cast<int>(info_.size()); }
+  // Index of the named parameter, or -1.
+  int FindParameter(std::string_view name) const;
+
+  // Weights from the seeded initializers (He uniform for ReLU, Xavier uniform
+  // for tanh; parameter i uses seed + i), biases zero. Workers normally pull
+  // weights instead; this is for tests and single-process runs.
+  absl::Status InitializeParameters(uint64_t seed);
+
+  // Parameter `index` from host fp32 (exactly parameters()[index].size
+  // values), or from device memory of the same backend.
+  absl::Status SetParameter(int index, absl::Span<const float> host);
+  absl::Status SetParameterFromDevice(int index, DeviceSpan<const float> src);
+  absl::Status GetParameter(int index, absl::Span<float> host);
+  // Parameter `index` in device memory (empty span for a bad index), e.g. for
+  // a local optimizer step with Backend::Axpy.
+  DeviceSpan<float> parameter(int index);
+
+  // One forward and backward pass over a batch: images [batch, input]
+  // row-major, labels [batch]. Returns the mean loss; afterwards gradient(i)
+  // holds d(mean loss)/d(parameter i).
+  //
+  // `on_gradient_ready`, if set, is called with each parameter index as soon
+  // as backward has produced that gradient, last layer first (fc<L-1>/weight,
+  // fc<L-1>/bias, ..., fc0/bias), so a worker can push one layer while the
+  // next is computed. The gradient is complete in stream order: GetGradient()
+  // called from the callback returns it. The callback must not call
+  // TrainStep or Evaluate.
+  using GradientReadyFn = std::function<void(int parameter_index)>;
+  absl::StatusOr<float> TrainStep(
+      absl::Span<const float> images, absl::Span<const int32_t> labels,
+      const GradientReadyFn& on_gradient_ready = nullptr);
+
+  // The gradients of the last TrainStep: on the device, or copied to host.
+  DeviceSpan<const float> gradient(int index) const;
+  absl::Status GetGradient(int index, absl::Span<float> host);
+
+  struct Evaluation {
+    float loss = 0.0f;    // mean over the batch
+    int64_t correct = 0;  // argmax(logits) == label
+    int64_t examples = 0;
+  };
+  // Forward only; gradients are left untouched.
+  absl::StatusOr<Evaluation> Evaluate(absl::Span<const float> images,
+                                      absl::Span<const int32_t> labels);
+
+ private:
+  Mlp(Backend* backend, const MlpOptions& options);
+  absl::Status Allocate();
+  absl::Status EnsureBatchCapacity(int64_t batch);
+  // Validates and uploads a batch; returns its size.
+  absl::StatusOr<int64_t> LoadBatch(absl::Span<const float> images,
+                                    absl::Span<const int32_t> labels);
+  absl::Status Forward(int64_t batch);
+  absl::Status CheckIndex(int index) const;
+  int num_layers() const { return static_cast<int>(sizes_.size()) - 1; }
+
+  Backend* const backend_;
+  const std::vector<int64_t> sizes_;
+  const Activation activation_;
+  std::vector<ParameterInfo> info_;
+  std::vector<DeviceBuffer> params_;
+  std::vector<DeviceBuffer> grads_;
+  int64_t capacity_ = 0;            // batch the buffers below are sized for
+  std::vector<DeviceBuffer> acts_;  // [0]: input; [i + 1]: layer i's output
+  DeviceBuffer delta_[2];           // backward ping-pong, [batch, max width]
+  DeviceBuffer labels_;
+  DeviceBuffer argmax_;
+  DeviceBuffer loss_;
+};
+
+}  // namespace ps::kernels
+
+#endif  // PS_KERNELS_MLP_H_

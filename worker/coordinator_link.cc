@@ -1,0 +1,202 @@
+#include "worker/coordinator_link.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "proto/coordinator_service.grpc.pb.h"
+
+namespace ps::worker {
+namespace {
+
+bool SameAssignment(const WorkerAssignment& a, const WorkerAssignment& b) {
+  return a.command() == b.command() && a.job_id() == b.job_id() &&
+         a.membership_epoch() == b.membership_epoch() &&
+         a.data_shards_size() == b.data_shards_size();
+}
+
+class CoordinatorLinkImpl final : public CoordinatorLink {
+ public:
+  CoordinatorLinkImpl(CoordinatorLinkOptions options,
+                      std::unique_ptr<CoordinatorService::Stub> stub)
+      : options_(std::move(options)), stub_(std::move(stub)) {}
+
+  ~CoordinatorLinkImpl() override { Stop(); }
+
+  absl::Status Start(absl::Time deadline) override {
+    absl::Duration backoff = absl::Milliseconds(100);
+    for (;;) {
+      absl::Status s = Register();
+      if (s.ok()) break;
+      if (!IsRetryable(s) || absl::Now() + backoff > deadline) {
+        return Annotate(s, absl::StrCat("register with coordinator ",
+                                        options_.address));
+      }
+      std::fprintf(stderr, "worker: coordinator %s not reachable (%s); retrying\n",
+                   options_.address.c_str(), std::string(s.message()).c_str());
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+    }
+    thread_ = std::thread([this] { HeartbeatLoop(); });
+    return absl::OkStatus();
+  }
+
+  int64_t member_id() const override {
+    absl::MutexLock l(&mu_);
+    return member_id_;
+  }
+
+  WorkerAssignment WaitForChange(const WorkerAssignment& known,
+                                 absl::Duration timeout) override {
+    absl::MutexLock l(&mu_);
+    auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopped_ || !SameAssignment(assignment_, known);
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+    return assignment_;
+  }
+
+  void SetProgress(const std::string& job_id, int64_t clock) override {
+    absl::MutexLock l(&mu_);
+    job_id_ = job_id;
+    clock_ = clock;
+  }
+
+  absl::Status ReportMetrics(const std::string& job_id,
+                             std::vector<MetricPoint> points,
+                             bool done) override {
+    ReportMetricsRequest req;
+    req.set_member_id(member_id());
+    req.set_job_id(job_id);
+    req.set_done(done);
+    for (MetricPoint& p : points) *req.add_points() = std::move(p);
+    RetryPolicy policy;
+    policy.total_deadline = done ? absl::Seconds(60) : absl::Seconds(5);
+    policy.max_attempts = done ? 100 : 4;
+    return CallWithRetry(policy, [&] {
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, options_.rpc_timeout, options_.token);
+      ReportMetricsResponse resp;
+      return FromGrpcStatus(stub_->ReportMetrics(&ctx, req, &resp));
+    });
+  }
+
+  absl::Status ReportFailure(const std::string& job_id,
+                             const std::string& message,
+                             const std::string& server_address) override {
+    ReportFailureRequest req;
+    req.set_member_id(member_id());
+    req.set_job_id(job_id);
+    req.set_message(message);
+    req.set_server_address(server_address);
+    return CallWithRetry(RetryPolicy{}, [&] {
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, options_.rpc_timeout, options_.token);
+      ReportFailureResponse resp;
+      return FromGrpcStatus(stub_->ReportFailure(&ctx, req, &resp));
+    });
+  }
+
+  void Stop() override {
+    {
+      absl::MutexLock l(&mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  absl::Status Register() {
+    RegisterRequest req;
+    req.set_role(WORKER);
+    req.set_device(options_.device);
+    req.set_member_id(member_id());
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    req.set_hostname(host);
+    req.set_pid(getpid());
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, options_.rpc_timeout, options_.token);
+    RegisterResponse resp;
+    PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(&ctx, req, &resp)));
+    absl::MutexLock l(&mu_);
+    if (member_id_ != resp.member_id()) {
+      std::fprintf(stderr, "worker: registered as member %lld\n",
+                   static_cast<long long>(resp.member_id()));
+    }
+    member_id_ = resp.member_id();
+    return absl::OkStatus();
+  }
+
+  void HeartbeatLoop() {
+    bool warned = false;
+    for (;;) {
+      HeartbeatRequest req;
+      {
+        absl::MutexLock l(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stopped_),
+                                 options_.heartbeat_interval)) {
+          return;
+        }
+        req.set_member_id(member_id_);
+        req.set_job_id(job_id_);
+        req.set_clock(clock_);
+      }
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, options_.rpc_timeout, options_.token);
+      HeartbeatResponse resp;
+      absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &resp));
+      if (!s.ok()) {
+        if (!warned) {
+          std::fprintf(stderr, "worker: heartbeat failed: %s (will keep trying)\n",
+                       std::string(s.message()).c_str());
+          warned = true;
+        }
+        continue;
+      }
+      if (warned) std::fprintf(stderr, "worker: coordinator reachable again\n");
+      warned = false;
+      if (resp.reregister()) {
+        if (absl::Status r = Register(); !r.ok()) {
+          std::fprintf(stderr, "worker: re-register failed: %s\n",
+                       std::string(r.message()).c_str());
+        }
+        continue;
+      }
+      if (resp.has_assignment()) {
+        absl::MutexLock l(&mu_);
+        assignment_ = resp.assignment();
+      }
+    }
+  }
+
+  const CoordinatorLinkOptions options_;
+  std::unique_ptr<CoordinatorService::Stub> stub_;
+  std::thread thread_;
+  mutable absl::Mutex mu_;
+  int64_t member_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorLink>> CreateCoordinatorLink(
+    const CoordinatorLinkOptions& options) {
+  if (options.address.empty()) {
+    return absl::InvalidArgumentError("worker: --coordinator is required");
+  }
+  PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(options.address));
+  return std::unique_ptr<CoordinatorLink>(new CoordinatorLinkImpl(
+      options, CoordinatorService::NewStub(channel)));
+}
+
+}  // namespace ps::worker

@@ -1,0 +1,67 @@
+// The worker's connection to the coordinator: registration, the heartbeat
+// loop that carries the current assignment, metric reports and failure
+// reports. Survives coordinator restarts: calls are retried with backoff, and
+// a coordinator that no longer knows this worker gets it registered again
+// (under the same member id).
+#ifndef PS_WORKER_COORDINATOR_LINK_H_
+#define PS_WORKER_COORDINATOR_LINK_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/coordinator_service.pb.h"
+
+namespace ps::worker {
+
+struct CoordinatorLinkOptions {
+  std::string address;  // host:port
+  std::string token;
+  std::string device;   // reported at registration: "cpu" or "cuda:N"
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration rpc_timeout = absl::Seconds(5);
+};
+
+// Thread-safe. Starts a heartbeat thread on Start(); the destructor stops it.
+class CoordinatorLink {
+ public:
+  virtual ~CoordinatorLink() = default;
+
+  // Registers (retrying while the coordinator is unreachable, until
+  // `deadline`) and starts heartbeating.
+  virtual absl::Status Start(absl::Time deadline) = 0;
+
+  virtual int64_t member_id() const = 0;
+
+  // The newest assignment, waiting up to `timeout` for one whose
+  // (command, job_id, membership_epoch) differs from `known`. Returns the
+  // current one on timeout.
+  virtual WorkerAssignment WaitForChange(const WorkerAssignment& known,
+                                         absl::Duration timeout) = 0;
+
+  // What the next heartbeats carry: the job and clock this worker is at.
+  virtual void SetProgress(const std::string& job_id, int64_t clock) = 0;
+
+  // Sends metric points (retried briefly; dropped with a log line if the
+  // coordinator stays unreachable, training goes on).
+  virtual absl::Status ReportMetrics(const std::string& job_id,
+                                     std::vector<MetricPoint> points,
+                                     bool done) = 0;
+
+  virtual absl::Status ReportFailure(const std::string& job_id,
+                                     const std::string& message,
+                                     const std::string& server_address) = 0;
+
+  // Stops heartbeating (idempotent).
+  virtual void Stop() = 0;
+};
+
+absl::StatusOr<std::unique_ptr<CoordinatorLink>> CreateCoordinatorLink(
+    const CoordinatorLinkOptions& options);
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_COORDINATOR_LINK_H_

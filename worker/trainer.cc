@@ -1,0 +1,245 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/mlp.h"
+#include "worker/batch_prefetcher.h"
+
+namespace ps::worker {
+namespace {
+
+kernels::Activation ToKernels(Activation a) {
+  return a == TANH ? kernels::Activation::kTanh : kernels::Activation::kRelu;
+}
+
+// Running sums between two reports.
+struct Window {
+  int64_t steps = 0;
+  double loss = 0, wait = 0, pull = 0, compute = 0, push = 0, staleness = 0;
+  absl::Time start = absl::Now();
+};
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+}  // namespace
+
+int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,
+                      int batch_size) {
+  if (num_data_shards < 1 || batch_size < 1) return 0;
+  return train_examples / num_data_shards / batch_size;
+}
+
+int64_t TotalSteps(const JobSpec& spec, int64_t train_examples,
+                   int num_data_shards) {
+  if (spec.data().max_steps() > 0) return spec.data().max_steps();
+  return spec.data().epochs() *
+         StepsPerEpoch(train_examples, num_data_shards, spec.data().batch_size());
+}
+
+absl::StatusOr<TrainResult> Train(
+    const WorkerAssignment& a, std::shared_ptr<const Dataset> train,
+    std::shared_ptr<const Dataset> test, kernels::Backend* backend,
+    ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
+    const TrainerOptions& options,
+    std::function<std::vector<int>()> current_data_shards) {
+  const JobSpec& spec = a.spec();
+  if (!spec.model().has_mlp()) {
+    return absl::UnimplementedError(
+        "this worker trains MLP models only (model.mlp)");
+  }
+  kernels::MlpOptions mlp_options;
+  mlp_options.layer_sizes.push_back(spec.model().mlp().input_dim());
+  for (int64_t h : spec.model().mlp().hidden()) {
+    mlp_options.layer_sizes.push_back(h);
+  }
+  mlp_options.layer_sizes.push_back(spec.model().mlp().num_classes());
+  mlp_options.activation = ToKernels(spec.model().mlp().activation());
+  PS_ASSIGN_OR_RETURN(auto mlp, kernels::Mlp::Create(backend, mlp_options));
+  if (train->example_size() != spec.model().mlp().input_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.mlp.input_dim is ", spec.model().mlp().input_dim(),
+        " but the dataset's examples have ", train->example_size(), " values"));
+  }
+
+  const int num_shards = std::max(1, a.num_data_shards());
+  const int batch = spec.data().batch_size();
+  const int64_t steps_per_epoch =
+      StepsPerEpoch(train->num_examples, num_shards, batch);
+  const int64_t total_steps = TotalSteps(spec, train->num_examples, num_shards);
+  if (steps_per_epoch < 1 || total_steps < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no full batch of ", batch, " per data shard: ", train->num_examples,
+        " examples over ", num_shards, " shards"));
+  }
+
+  PrefetcherOptions po;
+  po.batch_size = batch;
+  po.seed = spec.data().shuffle_seed();
+  po.assignment.shards.assign(a.data_shards().begin(), a.data_shards().end());
+  if (po.assignment.shards.empty()) po.assignment.shards = {a.rank()};
+  po.assignment.num_shards = num_shards;
+  po.first_epoch = a.start_step() / steps_per_epoch;
+  po.num_epochs = 0;  // the step budget ends training, not the data
+  PS_ASSIGN_OR_RETURN(auto prefetcher, BatchPrefetcher::Create(train, po));
+  std::vector<int> shards_in_use = po.assignment.shards;
+
+  // Straggler injection for experiments.
+  double compute_factor = 1;
+  absl::Duration extra_delay;
+  for (const StragglerInjection& s : spec.stragglers()) {
+    if (s.worker_rank() != a.rank()) continue;
+    if (s.compute_factor() > 1) compute_factor = s.compute_factor();
+    extra_delay += absl::Milliseconds(s.delay_ms());
+  }
+
+  // Host copies of the weights (pulled) and gradients (pushed).
+  std::vector<std::vector<float>> weights, grads;
+  std::vector<absl::Span<float>> weight_spans;
+  for (const kernels::ParameterInfo& p : mlp->parameters()) {
+    weights.emplace_back(p.size);
+    grads.emplace_back(p.size);
+  }
+  for (auto& w : weights) weight_spans.push_back(absl::MakeSpan(w));
+
+  const int eval_every = spec.data().eval_every_steps() > 0
+                             ? spec.data().eval_every_steps()
+                             : static_cast<int>(steps_per_epoch);
+  const absl::Time job_start = absl::Now();
+  auto point = [&](const std::string& name, double value, int64_t step) {
+    MetricPoint p;
+    p.set_name(name);
+    p.set_value(value);
+    p.set_step(step);
+    p.set_epoch(static_cast<double>(step) / steps_per_epoch);
+    p.set_time_ms(absl::ToInt64Milliseconds(absl::Now() - job_start));
+    return p;
+  };
+  TrainResult result;
+  auto evaluate = [&](int64_t step) -> absl::Status {
+    if (!a.evaluator() || test == nullptr) return absl::OkStatus();
+    const int64_t n = spec.data().eval_examples() > 0
+                          ? std::min<int64_t>(spec.data().eval_examples(),
+                                              test->num_examples)
+                          : test->num_examples;
+    constexpr int64_t kEvalBatch = 1000;
+    double loss_sum = 0;
+    int64_t correct = 0;
+    for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
+      const int64_t len = std::min(kEvalBatch, n - begin);
+      PS_ASSIGN_OR_RETURN(
+          kernels::Mlp::Evaluation e,
+          mlp->Evaluate(absl::MakeConstSpan(test->images)
+                            .subspan(begin * test->example_size(),
+                                     len * test->example_size()),
+                        absl::MakeConstSpan(test->labels).subspan(begin, len)));
+      loss_sum += e.loss * e.examples;
+      correct += e.correct;
+    }
+    result.test_accuracy = static_cast<double>(correct) / n;
+    sink({point("test_accuracy", result.test_accuracy, step),
+          point("test_loss", loss_sum / n, step)},
+         false);
+    std::fprintf(stderr, "worker: step %lld test accuracy %.4f loss %.4f\n",
+                 static_cast<long long>(step), result.test_accuracy,
+                 loss_sum / n);
+    return absl::OkStatus();
+  };
+
+  Window window;
+  int64_t clock = a.start_step();
+  for (; clock < total_steps; ++clock) {
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(absl::StrCat("stopped at step ", clock));
+    }
+    // A survivor of an eviction takes over data shards at the next epoch.
+    if (current_data_shards && clock % steps_per_epoch == 0 && clock > 0) {
+      std::vector<int> now = current_data_shards();
+      if (!now.empty() && now != shards_in_use) {
+        ShardAssignment sa{now, num_shards};
+        if (prefetcher->Reassign(sa, clock / steps_per_epoch).ok()) {
+          shards_in_use = now;
+        }
+      }
+    }
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<Batch> b = prefetcher->Next(options.batch_timeout);
+    if (!b.ok()) return Annotate(b.status(), "next batch");
+    const absl::Time t1 = absl::Now();
+    PS_ASSIGN_OR_RETURN(const int64_t version, params->Pull(clock, weight_spans));
+    for (int i = 0; i < mlp->num_parameters(); ++i) {
+      PS_RETURN_IF_ERROR(mlp->SetParameter(i, weights[i]));
+    }
+    // The evaluator measures the weights every worker computes on.
+    if (clock > a.start_step() && clock % eval_every == 0) {
+      PS_RETURN_IF_ERROR(evaluate(clock));
+    }
+    const absl::Time t2 = absl::Now();
+    // Each layer's gradient is pushed as soon as backward produces it (the
+    // output layer first), so sending overlaps the rest of backward.
+    absl::Status push_status;
+    const bool slowed = compute_factor > 1 || extra_delay > absl::ZeroDuration();
+    auto push = [&](int i) {
+      if (!push_status.ok()) return;
+      push_status = mlp->GetGradient(i, absl::MakeSpan(grads[i]));
+      if (push_status.ok()) push_status = params->Push(clock, version, i, grads[i]);
+    };
+    std::vector<int> held;  // a slowed worker sends after its delay
+    PS_ASSIGN_OR_RETURN(
+        const float loss,
+        mlp->TrainStep(b->images(), b->labels(),
+                       [&](int i) { slowed ? held.push_back(i) : push(i); }));
+    const absl::Time t3 = absl::Now();
+    if (slowed) {
+      absl::SleepFor((t3 - t2) * (compute_factor - 1) + extra_delay);
+      for (int i : held) push(i);
+    }
+    PS_RETURN_IF_ERROR(push_status);
+    const absl::Time t3b = absl::Now();
+    PS_ASSIGN_OR_RETURN(const int64_t staleness, params->Finish(clock));
+    const absl::Time t4 = absl::Now();
+    prefetcher->Recycle(*std::move(b));
+
+    window.steps++;
+    window.loss += loss;
+    window.wait += Ms(t1 - t0);
+    window.pull += Ms(t2 - t1);
+    window.compute += Ms(t3b - t2);
+    window.push += Ms(t4 - t3b);
+    window.staleness += static_cast<double>(staleness);
+    result.last_loss = loss;
+    if (window.steps >= options.report_every_steps || clock + 1 == total_steps) {
+      const double n = static_cast<double>(window.steps);
+      const double secs = absl::ToDoubleSeconds(absl::Now() - window.start);
+      const int64_t step = clock + 1;
+      sink({point("train_loss", window.loss / n, step),
+            point("examples_per_sec", secs > 0 ? n * batch / secs : 0, step),
+            point("step_time_ms", secs * 1000 / n, step),
+            point("wait_ms", window.wait / n, step),
+            point("pull_ms", window.pull / n, step),
+            point("compute_ms", window.compute / n, step),
+            point("push_ms", window.push / n, step),
+            point("staleness", window.staleness / n, step),
+            point("clock", static_cast<double>(step), step)},
+           false);
+      window = Window();
+    }
+    result.steps++;
+  }
+  result.final_clock = clock;
+  // Final evaluation on the final weights.
+  if (a.evaluator()) {
+    PS_ASSIGN_OR_RETURN(const int64_t version, params->Pull(clock, weight_spans));
+    (void)version;
+    for (int i = 0; i < mlp->num_parameters(); ++i) {
+      PS_RETURN_IF_ERROR(mlp->SetParameter(i, weights[i]));
+    }
+    PS_RETURN_IF_ERROR(evaluate(clock));
+  }
+  sink({}, true);
+  return result;
+}
+
+}  // namespace ps::worker

@@ -1,0 +1,89 @@
+// The training loop of one worker for one job: batches from the prefetcher,
+// weights pulled from the parameter servers, forward/backward on the
+// worker's device through kernels/, gradients pushed tensor by tensor, the
+// clock advanced; metrics and (on the evaluator) test accuracy reported.
+#ifndef PS_WORKER_TRAINER_H_
+#define PS_WORKER_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+#include "proto/coordinator_service.pb.h"
+#include "worker/dataset.h"
+
+namespace ps::worker {
+
+// What the training loop needs from the parameter servers. The real one
+// (worker/ps_access.h) talks gRPC to the shards; tests use a local one.
+class ParameterAccess {
+ public:
+  virtual ~ParameterAccess() = default;
+
+  // Fills `tensors` (one host buffer per model tensor, in model order) with
+  // the weights a worker at `clock` may compute on, waiting as the job's
+  // consistency model says. Returns the weights' version (the lowest over
+  // the shards).
+  virtual absl::StatusOr<int64_t> Pull(int64_t clock,
+                                       std::vector<absl::Span<float>> tensors) = 0;
+
+  // Starts pushing tensor `index`'s gradient for step `clock`; may return
+  // before it is sent. `grad` must stay valid until Finish().
+  virtual absl::Status Push(int64_t clock, int64_t base_version, int index,
+                            absl::Span<const float> grad) = 0;
+
+  // Completes step `clock`: every push sent and acknowledged, the shards told
+  // the step is over. Returns the staleness the pushes saw (versions applied
+  // by others between this worker's pull and its push; 0 under BSP).
+  virtual absl::StatusOr<int64_t> Finish(int64_t clock) = 0;
+};
+
+// Where metric points go (the coordinator, in the daemon).
+using MetricSink = std::function<void(std::vector<MetricPoint> points, bool done)>;
+
+struct TrainerOptions {
+  // How often (in steps) to send train_loss, examples_per_sec and the step
+  // time split.
+  int report_every_steps = 20;
+  absl::Duration batch_timeout = absl::Seconds(30);
+};
+
+struct TrainResult {
+  int64_t steps = 0;          // steps this worker ran
+  int64_t final_clock = 0;
+  double last_loss = 0;
+  double test_accuracy = -1;  // last evaluation (evaluator only)
+};
+
+// Trains `assignment` (command TRAIN). Each worker runs the same number of
+// steps: epochs x floor(train examples / (num_data_shards x batch)) (or
+// data.max_steps), drawing batches from its data shards, so BSP barriers
+// always close. Stops early (CANCELLED) when `stop` becomes true, checked
+// once per step. Straggler injection from the spec slows this worker when
+// its rank is named there.
+absl::StatusOr<TrainResult> Train(const WorkerAssignment& assignment,
+                                  std::shared_ptr<const Dataset> train,
+                                  std::shared_ptr<const Dataset> test,
+                                  kernels::Backend* backend,
+                                  ParameterAccess* params, MetricSink sink,
+                                  const std::atomic<bool>* stop,
+                                  const TrainerOptions& options = {},
+                                  std::function<std::vector<int>()>
+                                      current_data_shards = nullptr);
+
+// Steps each worker runs for the job (the same on every worker).
+int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,
+                      int batch_size);
+int64_t TotalSteps(const JobSpec& spec, int64_t train_examples,
+                   int num_data_shards);
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_TRAINER_H_

@@ -1,0 +1,169 @@
+#include "worker/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "common/config.h"
+#include "common/initializer.h"
+#include "common/model.h"
+#include "kernels/cpu_backend.h"
+
+namespace ps::worker {
+namespace {
+
+// Parameters held in-process with plain SGD applied on every push: the
+// training loop without the network.
+class LocalParams : public ParameterAccess {
+ public:
+  LocalParams(const JobSpec& spec, float lr) : lr_(lr) {
+    absl::StatusOr<std::vector<TensorSpec>> tensors = ExpandModel(spec.model());
+    EXPECT_TRUE(tensors.ok());
+    if (!tensors.ok()) return;
+    for (const TensorSpec& t : *tensors) {
+      std::vector<float> w(NumElements(t));
+      EXPECT_TRUE(InitializeRange(t, spec.seed(), 0, absl::MakeSpan(w)).ok());
+      tensors_.push_back(std::move(w));
+    }
+  }
+  absl::StatusOr<int64_t> Pull(int64_t, std::vector<absl::Span<float>> out) override {
+    if (out.size() != tensors_.size()) return absl::InvalidArgumentError("count");
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].size() != tensors_[i].size()) {
+        return absl::InvalidArgumentError("size");
+      }
+      std::copy(tensors_[i].begin(), tensors_[i].end(), out[i].begin());
+    }
+    ++pulls;
+    return version_;
+  }
+  absl::Status Push(int64_t, int64_t, int index,
+                    absl::Span<const float> grad) override {
+    auto& t = tensors_.at(index);
+    if (grad.size() != t.size()) return absl::InvalidArgumentError("size");
+    for (size_t j = 0; j < t.size(); ++j) t[j] -= lr_ * grad[j];
+    ++pushes;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> Finish(int64_t) override {
+    ++version_;
+    return 0;
+  }
+  int pulls = 0, pushes = 0;
+
+ private:
+  float lr_;
+  int64_t version_ = 0;
+  std::vector<std::vector<float>> tensors_;
+};
+
+JobSpec Spec(int64_t max_steps) {
+  auto spec = ParseJobSpec(absl::StrCat(R"pb(
+    model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
+    optimizer { learning_rate: 0.1 }
+    data { batch_size: 64 shuffle_seed: 3 eval_every_steps: 100 eval_examples: 2000 max_steps: )pb",
+                                        max_steps, " }\n seed: 5"),
+                           "job");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+class TrainerTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto tr = LoadFashionMnist(kDefaultFashionMnistDir, Split::kTrain);
+    ASSERT_TRUE(tr.ok()) << tr.status();
+    train_ = std::shared_ptr<const Dataset>(std::move(*tr));
+    DatasetOptions o;
+    o.stats = train_->stats;
+    auto te = LoadFashionMnist(kDefaultFashionMnistDir, Split::kTest, o);
+    ASSERT_TRUE(te.ok()) << te.status();
+    test_ = std::shared_ptr<const Dataset>(std::move(*te));
+  }
+  static std::shared_ptr<const Dataset> train_, test_;
+};
+std::shared_ptr<const Dataset> TrainerTest::train_, TrainerTest::test_;
+
+TEST_F(TrainerTest, DrivesLossDownAndReportsMetrics) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  WorkerAssignment a;
+  a.set_command(WorkerAssignment::TRAIN);
+  *a.mutable_spec() = Spec(300);
+  a.set_rank(1);
+  a.set_num_workers(2);
+  a.add_data_shards(1);
+  a.set_num_data_shards(2);
+  a.set_evaluator(true);
+  LocalParams params(a.spec(), 0.1f);
+  std::vector<MetricPoint> points;
+  bool done = false;
+  auto result = Train(
+      a, train_, test_, backend->get(), &params,
+      [&](std::vector<MetricPoint> p, bool d) {
+        points.insert(points.end(), p.begin(), p.end());
+        done = done || d;
+      },
+      nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->steps, 300);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(params.pushes, 300 * 4);  // 2 layers x (weight, bias)
+  std::vector<double> losses;
+  int accuracy_points = 0;
+  for (const MetricPoint& p : points) {
+    if (p.name() == "train_loss") losses.push_back(p.value());
+    if (p.name() == "test_accuracy") ++accuracy_points;
+  }
+  ASSERT_GE(losses.size(), 10u);
+  EXPECT_LT(losses.back(), 0.7 * losses.front());
+  EXPECT_EQ(accuracy_points, 3);  // steps 100, 200 and the final one
+  EXPECT_GT(result->test_accuracy, 0.75);
+}
+
+TEST_F(TrainerTest, StopsWithinOneStep) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  WorkerAssignment a;
+  *a.mutable_spec() = Spec(1000);
+  a.add_data_shards(0);
+  a.set_num_data_shards(1);
+  LocalParams params(a.spec(), 0.1f);
+  std::atomic<bool> stop{false};
+  int reports = 0;
+  auto result = Train(
+      a, train_, test_, backend->get(), &params,
+      [&](std::vector<MetricPoint>, bool) {
+        if (++reports == 2) stop = true;
+      },
+      &stop);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(params.pulls, 40);  // stop set during step 40: no step 41
+}
+
+TEST_F(TrainerTest, RejectsMismatchedInput) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  WorkerAssignment a;
+  *a.mutable_spec() = Spec(10);
+  a.mutable_spec()->mutable_model()->mutable_mlp()->set_input_dim(100);
+  a.mutable_spec()->mutable_model()->clear_tensors();
+  LocalParams params(a.spec(), 0.1f);
+  auto result = Train(a, train_, test_, backend->get(), &params,
+                      [](std::vector<MetricPoint>, bool) {}, nullptr);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Trainer, StepBudget) {
+  EXPECT_EQ(StepsPerEpoch(60000, 4, 128), 117);
+  EXPECT_EQ(StepsPerEpoch(60000, 0, 128), 0);
+  JobSpec spec;
+  spec.mutable_data()->set_epochs(10);
+  spec.mutable_data()->set_batch_size(128);
+  EXPECT_EQ(TotalSteps(spec, 60000, 4), 1170);
+  spec.mutable_data()->set_max_steps(50);
+  EXPECT_EQ(TotalSteps(spec, 60000, 4), 50);
+}
+
+}  // namespace
+}  // namespace ps::worker
