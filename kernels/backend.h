@@ -120,6 +120,10 @@ class Backend {
 
   virtual std::string Name() const = 0;
 
+  // Whether device memory is ordinary host memory that the host may read and
+  // write directly (the CPU backend): callers can then skip staging copies.
+  virtual bool HostAddressable() const { return false; }
+
   // Device memory through the backend's caching allocator.
   absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes);
   template <typename T>

@@ -37,6 +37,7 @@ class CpuBackend final : public Backend {
             NewAlignedHostAllocator(), options.max_cached_bytes)) {}
 
   std::string Name() const override { return "cpu"; }
+  bool HostAddressable() const override { return true; }
 
  protected:
   absl::StatusOr<DeviceBuffer> DoAllocate(int64_t bytes) override {

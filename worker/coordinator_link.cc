@@ -34,10 +34,11 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       absl::Status s = Register();
       if (s.ok()) break;
       if (!IsRetryable(s) || absl::Now() + backoff > deadline) {
-        return Annotate(s, absl::StrCat("register with coordinator ",
-                                        options_.address));
+        return Annotate(
+            s, absl::StrCat("register with coordinator ", options_.address));
       }
-      std::fprintf(stderr, "worker: coordinator %s not reachable (%s); retrying\n",
+      std::fprintf(stderr,
+                   "worker: coordinator %s not reachable (%s); retrying\n",
                    options_.address.c_str(), std::string(s.message()).c_str());
       absl::SleepFor(backoff);
       backoff = std::min(backoff * 2, absl::Seconds(2));
@@ -154,7 +155,8 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &resp));
       if (!s.ok()) {
         if (!warned) {
-          std::fprintf(stderr, "worker: heartbeat failed: %s (will keep trying)\n",
+          std::fprintf(stderr,
+                       "worker: heartbeat failed: %s (will keep trying)\n",
                        std::string(s.message()).c_str());
           warned = true;
         }
@@ -194,9 +196,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorLink>> CreateCoordinatorLink(
   if (options.address.empty()) {
     return absl::InvalidArgumentError("worker: --coordinator is required");
   }
-  PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(options.address));
-  return std::unique_ptr<CoordinatorLink>(new CoordinatorLinkImpl(
-      options, CoordinatorService::NewStub(channel)));
+  ChannelOptions channel_options;
+  channel_options.tls = options.tls;
+  PS_ASSIGN_OR_RETURN(auto channel,
+                      MakeChannel(options.address, channel_options));
+  return std::unique_ptr<CoordinatorLink>(
+      new CoordinatorLinkImpl(options, CoordinatorService::NewStub(channel)));
 }
 
 }  // namespace ps::worker

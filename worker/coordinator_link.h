@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rpc.h"
 #include "proto/coordinator_service.pb.h"
 
 namespace ps::worker {
@@ -20,9 +21,12 @@ namespace ps::worker {
 struct CoordinatorLinkOptions {
   std::string address;  // host:port
   std::string token;
-  std::string device;   // reported at registration: "cpu" or "cuda:N"
+  std::string device;  // reported at registration: "cpu" or "cuda:N"
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration rpc_timeout = absl::Seconds(5);
+  // TLS to the coordinator (off when empty); with cert_file and key_file this
+  // worker presents a client certificate (mutual TLS).
+  TlsOptions tls;
 };
 
 // Thread-safe. Starts a heartbeat thread on Start(); the destructor stops it.

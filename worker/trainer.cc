@@ -96,13 +96,24 @@ absl::StatusOr<TrainResult> Train(
   }
 
   // Host copies of the weights (pulled) and gradients (pushed).
+  const bool host_memory = backend->HostAddressable();
   std::vector<std::vector<float>> weights, grads;
   std::vector<absl::Span<float>> weight_spans;
   for (const kernels::ParameterInfo& p : mlp->parameters()) {
-    weights.emplace_back(p.size);
-    grads.emplace_back(p.size);
+    weights.emplace_back(host_memory ? 0 : p.size);
+    grads.emplace_back(host_memory ? 0 : p.size);
   }
-  for (auto& w : weights) weight_spans.push_back(absl::MakeSpan(w));
+  // On a host-memory backend the pulls land in the model's own parameter
+  // buffers and pushes read its gradient buffers: no staging copies.
+  const bool direct = host_memory;
+  for (int i = 0; i < mlp->num_parameters(); ++i) {
+    if (direct) {
+      kernels::DeviceSpan<float> p = mlp->parameter(i);
+      weight_spans.push_back(absl::MakeSpan(p.data, p.size));
+    } else {
+      weight_spans.push_back(absl::MakeSpan(weights[i]));
+    }
+  }
 
   const int eval_every = spec.data().eval_every_steps() > 0
                              ? spec.data().eval_every_steps()
@@ -150,31 +161,45 @@ absl::StatusOr<TrainResult> Train(
 
   Window window;
   int64_t clock = a.start_step();
-  for (; clock < total_steps; ++clock) {
+  const bool bsp = spec.consistency().model() == ConsistencySpec::BSP;
+  int64_t next_eval = (clock / eval_every + 1) * eval_every;
+  while (clock < total_steps) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(absl::StrCat("stopped at step ", clock));
-    }
-    // A survivor of an eviction takes over data shards at the next epoch.
-    if (current_data_shards && clock % steps_per_epoch == 0 && clock > 0) {
-      std::vector<int> now = current_data_shards();
-      if (!now.empty() && now != shards_in_use) {
-        ShardAssignment sa{now, num_shards};
-        if (prefetcher->Reassign(sa, clock / steps_per_epoch).ok()) {
-          shards_in_use = now;
-        }
-      }
     }
     const absl::Time t0 = absl::Now();
     absl::StatusOr<Batch> b = prefetcher->Next(options.batch_timeout);
     if (!b.ok()) return Annotate(b.status(), "next batch");
+    // A survivor of an eviction takes over data shards from the next epoch
+    // of its data.
+    if (current_data_shards) {
+      std::vector<int> now = current_data_shards();
+      if (!now.empty() && now != shards_in_use &&
+          prefetcher->Reassign(ShardAssignment{now, num_shards}, b->epoch + 1)
+              .ok()) {
+        shards_in_use = now;
+      }
+    }
     const absl::Time t1 = absl::Now();
     PS_ASSIGN_OR_RETURN(const int64_t version, params->Pull(clock, weight_spans));
-    for (int i = 0; i < mlp->num_parameters(); ++i) {
+    if (bsp && version > clock) {
+      // The job moved on without this worker (a backup worker whose
+      // gradients were late, or a worker that rejoined): continue at the
+      // current step rather than compute gradients that would be dropped.
+      result.skipped_steps += version - clock;
+      clock = version;
+      if (clock >= total_steps) {
+        prefetcher->Recycle(*std::move(b));
+        break;
+      }
+    }
+    for (int i = 0; i < mlp->num_parameters() && !direct; ++i) {
       PS_RETURN_IF_ERROR(mlp->SetParameter(i, weights[i]));
     }
     // The evaluator measures the weights every worker computes on.
-    if (clock > a.start_step() && clock % eval_every == 0) {
+    if (clock >= next_eval) {
       PS_RETURN_IF_ERROR(evaluate(clock));
+      next_eval = (clock / eval_every + 1) * eval_every;
     }
     const absl::Time t2 = absl::Now();
     // Each layer's gradient is pushed as soon as backward produces it (the
@@ -183,6 +208,11 @@ absl::StatusOr<TrainResult> Train(
     const bool slowed = compute_factor > 1 || extra_delay > absl::ZeroDuration();
     auto push = [&](int i) {
       if (!push_status.ok()) return;
+      if (direct) {
+        kernels::DeviceSpan<const float> g = mlp->gradient(i);
+        push_status = params->Push(clock, version, i, absl::MakeConstSpan(g.data, g.size));
+        return;
+      }
       push_status = mlp->GetGradient(i, absl::MakeSpan(grads[i]));
       if (push_status.ok()) push_status = params->Push(clock, version, i, grads[i]);
     };
@@ -210,7 +240,7 @@ absl::StatusOr<TrainResult> Train(
     window.push += Ms(t4 - t3b);
     window.staleness += static_cast<double>(staleness);
     result.last_loss = loss;
-    if (window.steps >= options.report_every_steps || clock + 1 == total_steps) {
+    if (window.steps >= options.report_every_steps || clock + 1 >= total_steps) {
       const double n = static_cast<double>(window.steps);
       const double secs = absl::ToDoubleSeconds(absl::Now() - window.start);
       const int64_t step = clock + 1;
@@ -227,13 +257,15 @@ absl::StatusOr<TrainResult> Train(
       window = Window();
     }
     result.steps++;
+    ++clock;
+    if (options.on_step) options.on_step(clock);
   }
   result.final_clock = clock;
   // Final evaluation on the final weights.
   if (a.evaluator()) {
     PS_ASSIGN_OR_RETURN(const int64_t version, params->Pull(clock, weight_spans));
     (void)version;
-    for (int i = 0; i < mlp->num_parameters(); ++i) {
+    for (int i = 0; i < mlp->num_parameters() && !direct; ++i) {
       PS_RETURN_IF_ERROR(mlp->SetParameter(i, weights[i]));
     }
     PS_RETURN_IF_ERROR(evaluate(clock));

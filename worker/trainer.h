@@ -53,10 +53,14 @@ struct TrainerOptions {
   // time split.
   int report_every_steps = 20;
   absl::Duration batch_timeout = absl::Seconds(30);
+  // Called after every step with the new clock (the daemon's heartbeats
+  // carry it, which barrier-timeout and straggler detection rely on).
+  std::function<void(int64_t clock)> on_step;
 };
 
 struct TrainResult {
   int64_t steps = 0;          // steps this worker ran
+  int64_t skipped_steps = 0;  // BSP: steps the job made without this worker
   int64_t final_clock = 0;
   double last_loss = 0;
   double test_accuracy = -1;  // last evaluation (evaluator only)

@@ -220,6 +220,16 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
   }
   fs::remove_all(fs::path(o.run_dir) / "ports", ec);
   fs::create_directories(fs::path(o.run_dir) / "ports", ec);
+  // The same TLS flags for every daemon (each uses them both as server and
+  // as client of the others).
+  std::vector<std::string> tls_flags;
+  if (!o.tls.cert_file.empty()) {
+    tls_flags.push_back("--tls_cert=" + o.tls.cert_file);
+  }
+  if (!o.tls.key_file.empty()) {
+    tls_flags.push_back("--tls_key=" + o.tls.key_file);
+  }
+  if (!o.tls.ca_file.empty()) tls_flags.push_back("--tls_ca=" + o.tls.ca_file);
   const std::string token_file = o.run_dir + "/token";
   if (!fs::exists(token_file)) {
     std::ofstream(token_file) << RandomToken() << "\n";
@@ -243,6 +253,7 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
       coordinator_bin, "--port=0", "--port_file=" + coord_port_file,
       "--data_dir=" + o.run_dir + "/data/coordinator",
       "--token_file=" + token_file};
+  argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
   argv.insert(argv.end(), o.coordinator_flags.begin(),
               o.coordinator_flags.end());
   absl::StatusOr<int> pid = start("coordinator", argv);
@@ -261,6 +272,7 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
             "--coordinator=" + address,
             absl::StrCat("--data_dir=", o.run_dir, "/data/", name),
             "--token_file=" + token_file};
+    argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
     argv.insert(argv.end(), o.server_flags.begin(), o.server_flags.end());
     if (absl::StatusOr<int> p = start(name, argv); !p.ok()) {
       return fail(p.status());
@@ -272,6 +284,7 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
             "--token_file=" + token_file,
             absl::StrCat("--cpu_threads=", o.cpu_threads)};
     if (!o.device.empty()) argv.push_back("--device=" + o.device);
+    argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
     argv.insert(argv.end(), o.worker_flags.begin(), o.worker_flags.end());
     if (absl::StatusOr<int> p = start(name, argv); !p.ok()) {
       return fail(p.status());
@@ -280,7 +293,9 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
 
   // Wait until every daemon has registered.
   PS_ASSIGN_OR_RETURN(std::string token, ReadClusterToken(token_file));
-  PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address));
+  ChannelOptions channel_options;
+  channel_options.tls = o.tls;
+  PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, channel_options));
   auto stub = CoordinatorService::NewStub(channel);
   int servers = 0, workers = 0;
   while (absl::Now() < deadline) {

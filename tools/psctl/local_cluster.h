@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rpc.h"
 
 namespace ps::psctl {
 
@@ -29,6 +30,10 @@ struct LocalClusterOptions {
   absl::Duration start_timeout = absl::Seconds(60);
   // Extra flags per daemon kind, e.g. {"--heartbeat_interval_ms=200"}.
   std::vector<std::string> coordinator_flags, server_flags, worker_flags;
+  // TLS for every daemon (--tls_cert/--tls_key/--tls_ca passed to each) and
+  // for psctl's own start-up wait; off when empty. One certificate serves as
+  // both server and client identity on this machine.
+  TlsOptions tls;
 };
 
 struct ProcessInfo {

@@ -23,7 +23,6 @@
 #include "common/config.h"
 #include "common/rpc.h"
 #include "common/status.h"
-#include "google/protobuf/util/json_util.h"
 #include "proto/coordinator_service.grpc.pb.h"
 #include "tools/psctl/local_cluster.h"
 #include "tools/psctl/report.h"
@@ -66,6 +65,7 @@ struct Globals {
   std::string run_dir = "/tmp/ps-cluster";
   std::string token_file;
   double timeout_s = 10;
+  TlsOptions tls;  // --tls_cert/--tls_key/--tls_ca
 };
 
 // A connection to the coordinator: the address comes from --coordinator,
@@ -87,7 +87,9 @@ class Client {
       token_file = g.run_dir + "/token";
     }
     PS_ASSIGN_OR_RETURN(std::string token, ReadClusterToken(token_file));
-    PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address));
+    ChannelOptions channel_options;
+    channel_options.tls = g.tls;
+    PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, channel_options));
     Client c;
     c.address_ = address;
     c.token_ = token;
@@ -247,6 +249,13 @@ int Main(int argc, char** argv) {
                  "<run_dir>/token)");
   app.add_option("--timeout", g.timeout_s, "Seconds to wait for each RPC")
       ->capture_default_str();
+  app.add_option("--tls_cert", g.tls.cert_file,
+                 "PEM client certificate (with --tls_key) for mutual TLS; "
+                 "`cluster up` gives it to every daemon as its identity");
+  app.add_option("--tls_key", g.tls.key_file, "PEM private key of --tls_cert");
+  app.add_option("--tls_ca", g.tls.ca_file,
+                 "PEM CA bundle: use TLS and verify the peer against it "
+                 "(`cluster up`: the daemons require client certificates)");
 
   // cluster up/down/status
   CLI::App* cluster =
@@ -326,6 +335,7 @@ int Main(int argc, char** argv) {
 
   if (*up) {
     up_opts.run_dir = g.run_dir;
+    up_opts.tls = g.tls;
     up_opts.worker_flags = worker_flags;
     up_opts.server_flags = server_flags;
     up_opts.coordinator_flags = coordinator_flags;
@@ -379,7 +389,11 @@ int Main(int argc, char** argv) {
 
   if (*submit) {
     absl::StatusOr<JobSpec> spec = LoadJobSpec(job_file);
-    if (!spec.ok()) return Fail(spec.status());
+    if (!spec.ok()) {
+      // A missing or unreadable spec file is bad input, not a missing job.
+      std::cerr << "psctl: " << spec.status().message() << "\n";
+      return kInvalid;
+    }
     SubmitJobRequest req;
     *req.mutable_spec() = *spec;
     SubmitJobResponse resp;
@@ -439,30 +453,18 @@ int Main(int argc, char** argv) {
     return kOk;
   }
   if (*metrics) {
+    // The coordinator renders CSV and JSON (server/coordinator/metrics_format.h)
+    // so every client exports the same columns.
     GetMetricsRequest req;
     req.set_job_id(job_id);
+    req.set_format(format);
     GetMetricsResponse resp;
-    if (absl::Status s =
-            c->Call(&CoordinatorService::Stub::GetMetrics, req, &resp);
+    if (absl::Status s = c->Call(&CoordinatorService::Stub::GetMetrics, req, &resp);
         !s.ok()) {
       return Fail(s);
     }
-    if (format == "json") {
-      std::string json;
-      google::protobuf::util::JsonPrintOptions opts;
-      opts.add_whitespace = true;
-      opts.always_print_primitive_fields = true;
-      (void)google::protobuf::util::MessageToJsonString(resp, &json, opts);
-      std::printf("%s\n", json.c_str());
-    } else {
-      std::printf("job_id,member_id,name,step,epoch,time_ms,value\n");
-      for (const MetricPoint& p : resp.points()) {
-        std::printf("%s,%lld,%s,%lld,%.4f,%lld,%.9g\n", job_id.c_str(),
-                    static_cast<long long>(p.member_id()), p.name().c_str(),
-                    static_cast<long long>(p.step()), p.epoch(),
-                    static_cast<long long>(p.time_ms()), p.value());
-      }
-    }
+    std::printf("%s", resp.text().c_str());
+    if (!resp.text().empty() && !resp.text().ends_with("\n")) std::printf("\n");
     return kOk;
   }
   if (*events) {

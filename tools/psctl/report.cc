@@ -127,6 +127,13 @@ JobSummary Summarize(const JobData& job, double target) {
   for (const JobEvent& e : job.events) {
     if (e.kind() == "evicted") ++s.evictions;
   }
+  // The coordinator's own totals (read from the shards before teardown) win
+  // over what the metric series and events show.
+  const JobRecord& r = job.record;
+  s.dropped_pushes = std::max(s.dropped_pushes, r.dropped_pushes());
+  s.rejected_pushes = std::max(s.rejected_pushes, r.rejected_pushes());
+  s.evictions = std::max(s.evictions, r.evictions());
+  if (r.mean_staleness() > 0) s.mean_staleness = r.mean_staleness();
   return s;
 }
 
@@ -203,7 +210,7 @@ absl::Status WritePlots(const std::vector<JobData>& jobs,
                                   std::pair{"svg size 1400,950", "svg"}}) {
     gp << "set terminal " << term << "\n"
        << "set output '" << prefix << "." << ext << "'\n"
-       << "set key bottom right\nset grid\n"
+       << "set termoption noenhanced\nset key bottom right\nset grid\n"
        << "set multiplot layout 2,2 title 'sync vs async: test accuracy and "
           "training loss'\n"
        << "set xlabel 'wall time (s)'\nset ylabel 'test accuracy'\n"

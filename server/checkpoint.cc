@@ -1,0 +1,309 @@
+#include "server/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/config.h"
+#include "common/status.h"
+
+namespace ps::server {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'S', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr char kEndMagic[8] = {'P', 'S', 'C', 'K', 'E', 'N', 'D', '1'};
+
+uint32_t Crc(const char* data, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes uInt lengths: feed large ranges in pieces.
+  while (n > 0) {
+    const uInt piece = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), piece);
+    data += piece;
+    n -= piece;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+void PutBytes(std::string* out, const std::string& s) {
+  Put<uint32_t>(out, s.size());
+  out->append(s);
+}
+void PutFloats(std::string* out, const std::vector<float>& v) {
+  out->append(reinterpret_cast<const char*>(v.data()),
+              v.size() * sizeof(float));
+}
+
+// Bounds-checked reader over the file contents.
+class Reader {
+ public:
+  Reader(const std::string& data, const std::string& path)
+      : data_(data), path_(path) {}
+  template <typename T>
+  absl::Status Get(T* v) {
+    PS_RETURN_IF_ERROR(Need(sizeof(T)));
+    std::memcpy(v, data_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return absl::OkStatus();
+  }
+  absl::Status GetBytes(std::string* s) {
+    uint32_t n;
+    PS_RETURN_IF_ERROR(Get(&n));
+    PS_RETURN_IF_ERROR(Need(n));
+    s->assign(data_.data() + pos_, n);
+    pos_ += n;
+    return absl::OkStatus();
+  }
+  absl::Status GetFloats(int64_t n, std::vector<float>* v) {
+    if (n < 0 || n > static_cast<int64_t>(data_.size())) return Truncated();
+    PS_RETURN_IF_ERROR(Need(n * sizeof(float)));
+    v->resize(n);
+    std::memcpy(v->data(), data_.data() + pos_, n * sizeof(float));
+    pos_ += n * sizeof(float);
+    return absl::OkStatus();
+  }
+  size_t pos() const { return pos_; }
+  absl::Status Truncated() const {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", path_, " is truncated or malformed at byte ", pos_));
+  }
+
+ private:
+  absl::Status Need(size_t n) const {
+    return n > data_.size() - pos_ ? Truncated() : absl::OkStatus();
+  }
+  const std::string& data_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
+
+absl::Status ErrnoError(const std::string& what, const std::string& path) {
+  return absl::InternalError(
+      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteFileDurably(const std::string& path,
+                              const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      absl::Status s = ErrnoError("cannot write", tmp);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return s;
+    }
+    done += n;
+  }
+  if (::fsync(fd) != 0) {
+    absl::Status s = ErrnoError("cannot fsync", tmp);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    absl::Status s = ErrnoError("cannot rename to", path);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  // The rename itself must survive a crash: sync the directory entry.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+struct FileName {
+  int64_t version = 0;
+  int shard = 0;
+  int num_shards = 0;
+};
+
+bool ParseName(const std::string& name, FileName* f) {
+  long long v = 0;
+  int s = 0, n = 0;
+  char tail[16] = {0};
+  if (std::sscanf(name.c_str(), "ckpt-v%lld-s%d-of-%d.%15s", &v, &s, &n,
+                  tail) != 4) {
+    return false;
+  }
+  if (std::string(tail) != "psckpt" || v < 0 || n < 1 || s < 0 || s >= n) {
+    return false;
+  }
+  f->version = v;
+  f->shard = s;
+  f->num_shards = n;
+  return true;
+}
+
+std::string MakeName(int64_t version, int shard, int num_shards) {
+  return absl::StrFormat("ckpt-v%020d-s%d-of-%d.psckpt", version, shard,
+                         num_shards);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
+                                            const CheckpointData& data,
+                                            int keep) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat(
+        "cannot create checkpoint directory ", dir, ": ", ec.message()));
+  }
+  std::string out(kMagic, sizeof(kMagic));
+  std::string header;
+  PutBytes(&header, data.job_id);
+  PutBytes(&header, data.spec.SerializeAsString());
+  Put<int64_t>(&header, data.version);
+  Put<int32_t>(&header, data.shard_index);
+  Put<int32_t>(&header, data.num_shards);
+  Put<uint32_t>(&header, data.ranges.size());
+  out += header;
+  Put<uint32_t>(&out, Crc(header.data(), header.size()));
+  for (const CheckpointRange& r : data.ranges) {
+    const size_t start = out.size();
+    PutBytes(&out, r.tensor_name);
+    Put<int64_t>(&out, r.offset);
+    Put<int64_t>(&out, r.weights.size());
+    Put<int64_t>(&out, r.steps);
+    Put<uint8_t>(&out, r.slot1.empty() ? 0 : 1);
+    Put<uint8_t>(&out, r.slot2.empty() ? 0 : 1);
+    PutFloats(&out, r.weights);
+    if (!r.slot1.empty()) PutFloats(&out, r.slot1);
+    if (!r.slot2.empty()) PutFloats(&out, r.slot2);
+    Put<uint32_t>(&out, Crc(out.data() + start, out.size() - start));
+  }
+  out.append(kEndMagic, sizeof(kEndMagic));
+  const std::string path = absl::StrCat(
+      dir, "/", MakeName(data.version, data.shard_index, data.num_shards));
+  PS_RETURN_IF_ERROR(WriteFileDurably(path, out));
+
+  // Keep this shard's newest `keep` files (of this layout).
+  std::vector<std::pair<int64_t, std::string>> mine;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    FileName f;
+    if (ParseName(entry.path().filename().string(), &f) &&
+        f.shard == data.shard_index && f.num_shards == data.num_shards) {
+      mine.emplace_back(f.version, entry.path().string());
+    }
+  }
+  std::sort(mine.rbegin(), mine.rend());
+  for (size_t i = std::max(keep, 1); i < mine.size(); ++i) {
+    std::filesystem::remove(mine[i].second, ec);
+  }
+  return path;
+}
+
+absl::StatusOr<CheckpointData> ReadCheckpoint(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(std::string contents, ReadFile(path));
+  Reader r(contents, path);
+  char magic[8];
+  for (char& c : magic) PS_RETURN_IF_ERROR(r.Get(&c));
+  if (std::memcmp(magic, kMagic, 8) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " has a bad magic number"));
+  }
+  CheckpointData d;
+  std::string spec;
+  uint32_t num_ranges = 0;
+  const size_t header_start = r.pos();
+  PS_RETURN_IF_ERROR(r.GetBytes(&d.job_id));
+  PS_RETURN_IF_ERROR(r.GetBytes(&spec));
+  PS_RETURN_IF_ERROR(r.Get(&d.version));
+  int32_t shard_index = 0, num_shards = 0;
+  PS_RETURN_IF_ERROR(r.Get(&shard_index));
+  PS_RETURN_IF_ERROR(r.Get(&num_shards));
+  PS_RETURN_IF_ERROR(r.Get(&num_ranges));
+  const size_t header_end = r.pos();
+  uint32_t crc = 0;
+  PS_RETURN_IF_ERROR(r.Get(&crc));
+  if (crc != Crc(contents.data() + header_start, header_end - header_start)) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, ": header checksum mismatch"));
+  }
+  if (!d.spec.ParseFromString(spec)) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, ": unreadable job spec"));
+  }
+  d.shard_index = shard_index;
+  d.num_shards = num_shards;
+  for (uint32_t i = 0; i < num_ranges; ++i) {
+    const size_t start = r.pos();
+    CheckpointRange range;
+    int64_t n = 0;
+    uint8_t has1 = 0, has2 = 0;
+    PS_RETURN_IF_ERROR(r.GetBytes(&range.tensor_name));
+    PS_RETURN_IF_ERROR(r.Get(&range.offset));
+    PS_RETURN_IF_ERROR(r.Get(&n));
+    PS_RETURN_IF_ERROR(r.Get(&range.steps));
+    PS_RETURN_IF_ERROR(r.Get(&has1));
+    PS_RETURN_IF_ERROR(r.Get(&has2));
+    PS_RETURN_IF_ERROR(r.GetFloats(n, &range.weights));
+    if (has1) PS_RETURN_IF_ERROR(r.GetFloats(n, &range.slot1));
+    if (has2) PS_RETURN_IF_ERROR(r.GetFloats(n, &range.slot2));
+    const size_t end = r.pos();
+    PS_RETURN_IF_ERROR(r.Get(&crc));
+    if (crc != Crc(contents.data() + start, end - start)) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, ": checksum mismatch in chunk ", i,
+                       " (tensor '", range.tensor_name, "')"));
+    }
+    d.ranges.push_back(std::move(range));
+  }
+  for (char& c : magic) PS_RETURN_IF_ERROR(r.Get(&c));
+  if (std::memcmp(magic, kEndMagic, 8) != 0 || r.pos() != contents.size()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " has a bad trailer"));
+  }
+  return d;
+}
+
+std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir) {
+  std::map<std::pair<int64_t, int>, std::map<int, std::string>> groups;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    FileName f;
+    if (ParseName(entry.path().filename().string(), &f)) {
+      groups[{f.version, f.num_shards}][f.shard] = entry.path().string();
+    }
+  }
+  std::vector<CheckpointSet> sets;
+  for (auto it = groups.rbegin(); it != groups.rend(); ++it) {
+    const auto& [key, files] = *it;
+    if (static_cast<int>(files.size()) != key.second) continue;  // incomplete
+    CheckpointSet set;
+    set.version = key.first;
+    set.num_shards = key.second;
+    for (const auto& [shard, path] : files) set.paths.push_back(path);
+    sets.push_back(std::move(set));
+  }
+  return sets;
+}
+
+}  // namespace ps::server

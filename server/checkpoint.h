@@ -1,0 +1,66 @@
+// Shard checkpoints on disk, stored per tensor range rather than per shard
+// layout so that a job checkpointed on N shards restores onto M.
+//
+// Layout: <dir>/ckpt-v<version>-s<shard>-of-<num_shards>.psckpt, one file
+// per shard and version, written atomically (temp file, fsync, rename, fsync
+// of the directory). A file holds the job id, the job spec, the version and,
+// per chunk, the tensor name, element offset, weights, optimizer slots and a
+// CRC32 of the record; a trailing CRC32 covers the header.
+//
+// Thread-compatible free functions: callers serialise writers of one dir.
+#ifndef PS_SERVER_CHECKPOINT_H_
+#define PS_SERVER_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+
+namespace ps::server {
+
+// One contiguous range of one tensor with its optimizer state.
+struct CheckpointRange {
+  std::string tensor_name;
+  int64_t offset = 0;  // first element within the tensor
+  std::vector<float> weights;
+  std::vector<float> slot1;  // empty if the optimizer has none
+  std::vector<float> slot2;
+  int64_t steps = 0;
+};
+
+struct CheckpointData {
+  std::string job_id;
+  JobSpec spec;
+  int64_t version = 0;
+  int shard_index = 0;
+  int num_shards = 1;
+  std::vector<CheckpointRange> ranges;
+};
+
+// Writes `data` into `dir` (created if missing) and deletes this shard's
+// older files beyond the newest `keep`. Returns the path. INTERNAL with the
+// path and errno text on any I/O failure (the temp file is removed).
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
+                                            const CheckpointData& data,
+                                            int keep);
+
+// Reads and verifies one file. DATA_LOSS names the file and what is wrong
+// (bad magic, truncated, checksum mismatch of chunk i).
+absl::StatusOr<CheckpointData> ReadCheckpoint(const std::string& path);
+
+// The files of one checkpoint: every shard of one layout at one version.
+struct CheckpointSet {
+  int64_t version = 0;
+  int num_shards = 0;
+  std::vector<std::string> paths;  // index = shard; all present
+};
+
+// Complete sets in `dir`, newest version first (ties: more shards first).
+// An absent dir yields an empty list.
+std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir);
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_CHECKPOINT_H_

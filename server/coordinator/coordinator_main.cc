@@ -1,0 +1,246 @@
+// The coordinator daemon: membership, jobs, assignments, metrics; see
+// coordinator.h. Flags only here (style point 7); the token comes from
+// --token_file or $PS_TOKEN, never from the command line.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/metrics.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "server/coordinator/clock.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/job_store.h"
+#include "server/coordinator/shard_client.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to listen on (0.0.0.0 for every interface).");
+ABSL_FLAG(int, port, 0,
+          "Port of the CoordinatorService; 0 picks a free one (printed on "
+          "stdout and written to --port_file).");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the chosen port is written to this file (atomically) once "
+          "the server accepts calls.");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory of the durable job store (job records, events, metric "
+          "series). Required; a restart on the same directory resumes every "
+          "job.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the cluster token every call must carry. Without it "
+          "the token comes from $PS_TOKEN; neither set: no authentication.");
+ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000,
+          "How often members are told to heartbeat; also the period of the "
+          "coordinator's failure detection and scheduling.");
+ABSL_FLAG(int64_t, member_timeout_ms, 10000,
+          "A member silent this long is declared dead (a job's workers are "
+          "evicted after the job's consistency.heartbeat_timeout_ms).");
+ABSL_FLAG(int64_t, server_wait_timeout_ms, 120000,
+          "A running job whose parameter-server shard stays down this long "
+          "fails (a shard restarted at the same address within it is set up "
+          "again from its checkpoint).");
+ABSL_FLAG(bool, check_dataset, true,
+          "Reject a submitted job whose data.path lacks the dataset files.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Port for Prometheus metrics at /metrics on --host; 0 picks a free "
+          "one (printed), -1 turns it off.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate of this coordinator (TLS on when set with "
+          "--tls_key); also presented to the shards as client identity.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA: clients must present a certificate it signed (mutual "
+          "TLS), and shards are verified against it.");
+
+namespace ps::coordinator {
+namespace {
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot write ", path, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+int Run() {
+  // SIGTERM / SIGINT are taken synchronously by the main thread; every
+  // thread started below inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (data_dir.empty()) {
+    std::fprintf(stderr, "coordinator: --data_dir is required (see --help)\n");
+    return 2;
+  }
+  absl::StatusOr<std::string> token =
+      ReadClusterToken(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n",
+                 std::string(token.status().message()).c_str());
+    return 2;
+  }
+  TlsOptions tls;
+  tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(data_dir);
+  if (!store.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n",
+                 std::string(store.status().message()).c_str());
+    return 1;
+  }
+  GrpcShardClientOptions shard_options;
+  shard_options.token = *token;
+  shard_options.tls = tls;
+  std::unique_ptr<ShardClient> shards = MakeGrpcShardClient(shard_options);
+  SystemClock clock;
+  CoordinatorOptions options;
+  options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
+  options.member_timeout_ms = absl::GetFlag(FLAGS_member_timeout_ms);
+  options.server_wait_timeout_ms = absl::GetFlag(FLAGS_server_wait_timeout_ms);
+  options.check_dataset_files = absl::GetFlag(FLAGS_check_dataset);
+  if (options.heartbeat_interval_ms <= 0 || options.member_timeout_ms <= 0) {
+    std::fprintf(stderr,
+                 "coordinator: --heartbeat_interval_ms and "
+                 "--member_timeout_ms must be > 0\n");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<Coordinator>> core =
+      Coordinator::Create(options, &clock, store->get(), shards.get());
+  if (!core.ok()) {
+    std::fprintf(stderr, "coordinator: cannot load the job store in %s: %s\n",
+                 data_dir.c_str(),
+                 std::string(core.status().message()).c_str());
+    return 1;
+  }
+
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
+      MakeServerCredentials(tls);
+  if (!creds.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n",
+                 std::string(creds.status().message()).c_str());
+    return 2;
+  }
+  CoordinatorServiceOptions service_options;
+  service_options.token = *token;
+  std::unique_ptr<CoordinatorService::Service> service =
+      MakeCoordinatorService(core->get(), service_options);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
+                           *creds, &port);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "coordinator: cannot listen on %s:%d\n", host.c_str(),
+                 absl::GetFlag(FLAGS_port));
+    return 1;
+  }
+
+  MetricsRegistry metrics;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    absl::StatusOr<int> mport = metrics.Serve(
+        absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port)));
+    if (!mport.ok()) {
+      std::fprintf(stderr, "coordinator: metrics: %s\n",
+                   std::string(mport.status().message()).c_str());
+      return 1;
+    }
+    std::printf("coordinator metrics on %s:%d\n", host.c_str(), *mport);
+  }
+  prometheus::Gauge& alive_workers = metrics.Gauge(
+      "coordinator_alive_members", "members alive", {{"role", "worker"}});
+  prometheus::Gauge& alive_servers = metrics.Gauge(
+      "coordinator_alive_members", "members alive", {{"role", "server"}});
+  prometheus::Gauge& running_jobs =
+      metrics.Gauge("coordinator_running_jobs", "jobs in state RUNNING");
+
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    absl::Status s = WritePortFile(port_file, port);
+    if (!s.ok()) {
+      std::fprintf(stderr, "coordinator: %s\n",
+                   std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  std::printf("coordinator listening on %s:%d (data dir %s)\n", host.c_str(),
+              port, data_dir.c_str());
+  std::fflush(stdout);
+
+  absl::Notification stop;
+  std::thread ticker([&] {
+    const absl::Duration period =
+        absl::Milliseconds(options.heartbeat_interval_ms);
+    while (!stop.WaitForNotificationWithTimeout(period)) {
+      (*core)->Tick();
+      int workers = 0, servers = 0, running = 0;
+      const ListMembersResponse members = (*core)->ListMembers();
+      for (const Member& m : members.members()) {
+        if (m.state() != ALIVE) continue;
+        (m.role() == WORKER ? workers : servers)++;
+      }
+      const ListJobsResponse jobs = (*core)->ListJobs();
+      for (const JobRecord& j : jobs.jobs()) {
+        running += j.state() == RUNNING;
+      }
+      alive_workers.Set(workers);
+      alive_servers.Set(servers);
+      running_jobs.Set(running);
+    }
+  });
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::printf("coordinator: signal %d, shutting down\n", sig);
+  std::fflush(stdout);
+  stop.Notify();
+  ticker.join();
+  (*core)->Shutdown();  // ends WatchJob streams
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Wait();
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps::coordinator
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The parameter-server coordinator: registers servers and workers, "
+      "queues and runs jobs, stores their records and metrics.\n"
+      "Usage: coordinator --data_dir=DIR [--port=0 --port_file=F] "
+      "[--token_file=F | PS_TOKEN=...] [--tls_cert=C --tls_key=K "
+      "[--tls_ca=CA]]");
+  absl::ParseCommandLine(argc, argv);
+  return ps::coordinator::Run();
+}

@@ -1,0 +1,172 @@
+#include "server/coordinator/explain.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+
+namespace ps::coordinator {
+namespace {
+
+bool IsTerminal(JobState s) {
+  return s == SUCCEEDED || s == FAILED || s == CANCELLED;
+}
+
+std::string Seconds(int64_t ms) { return absl::StrFormat("%.1fs", ms / 1e3); }
+
+}  // namespace
+
+std::string FormatExplanation(const ExplainInput& in) {
+  const JobRecord& r = in.record;
+  const int64_t now = in.now_ms;
+  const ConsistencySpec& c = r.spec().consistency();
+  std::string t;
+  const int64_t since = r.state() == PENDING    ? r.submit_time_ms()
+                        : IsTerminal(r.state()) ? r.end_time_ms()
+                                                : r.start_time_ms();
+  absl::StrAppend(&t, "job ", r.job_id(), " \"", r.spec().name(),
+                  "\": ", JobState_Name(r.state()), " for ",
+                  Seconds(now - since), " - ", r.reason(), "\n");
+  absl::StrAppendFormat(&t,
+                        "progress: step %d of ~%d, epoch %.2f, loss %.4f, "
+                        "test accuracy %.4f, %.0f examples/s\n",
+                        r.global_step(), r.total_steps(), r.epoch(),
+                        r.last_train_loss(), r.last_test_accuracy(),
+                        r.examples_per_sec());
+  std::string bound;
+  switch (c.model()) {
+    case ConsistencySpec::ASP:
+      bound = c.max_staleness() > 0
+                  ? absl::StrCat("ASP: pushes more than ", c.max_staleness(),
+                                 " versions stale are rejected")
+                  : "ASP: no staleness bound (pulls never wait)";
+      break;
+    case ConsistencySpec::SSP:
+      bound = absl::StrCat("SSP(", c.staleness(),
+                           "): a worker at clock c waits until every active "
+                           "worker reached c - ",
+                           c.staleness());
+      break;
+    default:
+      bound = absl::StrCat(
+          "BSP: each step waits for ",
+          c.backup_workers() > 0
+              ? absl::StrCat("the first ",
+                             r.workers_size() - c.backup_workers(), " of ",
+                             r.workers_size(), " gradients")
+              : std::string("every active worker"),
+          "; barrier timeout ", Seconds(c.barrier_timeout_ms()));
+  }
+  absl::StrAppend(&t, "consistency: ", bound, "; heartbeat timeout ",
+                  Seconds(c.heartbeat_timeout_ms()), "; membership epoch ",
+                  r.membership_epoch(), "\n");
+  std::map<int64_t, int> rank_of;
+  for (const WorkerSlot& s : r.slots()) {
+    if (s.active()) rank_of[s.member_id()] = s.rank();
+  }
+  std::vector<std::string> diagnosis;
+  if (!in.shards.empty()) absl::StrAppend(&t, "shards:\n");
+  for (size_t i = 0; i < in.shards.size(); ++i) {
+    if (!in.shards[i].ok()) {
+      absl::StrAppend(&t, "  ", i, " ", r.servers(i),
+                      "  UNREACHABLE: ", in.shards[i].status().message(), "\n");
+      diagnosis.push_back(
+          absl::StrCat("shard ", i, " does not answer: workers stall on it"));
+      continue;
+    }
+    const ShardStatus& s = *in.shards[i];
+    std::vector<std::string> waiting;
+    for (int64_t w : s.waiting_for()) {
+      waiting.push_back(rank_of.count(w)
+                            ? absl::StrCat(w, " (rank ", rank_of[w], ")")
+                            : absl::StrCat(w, " (not active)"));
+    }
+    absl::StrAppend(&t, "  ", i, " ", r.servers(i), "  version ", s.version());
+    if (!s.waiting_for().empty()) {
+      absl::StrAppend(&t, "  step ", s.pending_step(), " waits for worker ",
+                      absl::StrJoin(waiting, ", "));
+      diagnosis.push_back(absl::StrCat("shard ", i, " holds step ",
+                                       s.pending_step(), " for worker ",
+                                       absl::StrJoin(waiting, ", ")));
+    }
+    absl::StrAppend(&t, "  blocked pulls ", s.blocked_pulls(), "  pushes ",
+                    s.pushes(), " (dropped ", s.dropped_pushes(), ", rejected ",
+                    s.rejected_pushes(), ")\n");
+  }
+  if (r.slots_size() > 0) {
+    absl::StrAppend(&t,
+                    "workers:\n  rank  member  clock  heartbeat  "
+                    "steps/s  data shards  state\n");
+  }
+  int64_t max_clock = 0;
+  for (const WorkerSlot& s : r.slots()) {
+    if (s.active()) max_clock = std::max(max_clock, s.clock());
+  }
+  for (const WorkerSlot& s : r.slots()) {
+    std::string hb = "-";
+    std::string rate = "-";
+    auto it = in.workers.find(s.member_id());
+    if (s.active() && it != in.workers.end()) {
+      hb = absl::StrCat(Seconds(now - it->second.last_heartbeat_ms), " ago");
+      if (it->second.steps_per_sec.has_value()) {
+        rate = absl::StrFormat("%.2f", *it->second.steps_per_sec);
+      }
+      if (now - it->second.last_heartbeat_ms >
+          2 * in.heartbeat_interval_ms + 1000) {
+        diagnosis.push_back(absl::StrCat(
+            "worker ", s.member_id(), " (rank ", s.rank(),
+            ") has been silent for ",
+            Seconds(now - it->second.last_heartbeat_ms), "; evicted after ",
+            Seconds(c.heartbeat_timeout_ms())));
+      }
+    }
+    std::string state = s.active() ? (s.done() ? "done" : "active")
+                                   : absl::StrCat("left: ", s.left_reason());
+    if (s.evaluator() && s.active()) state += ", evaluator";
+    if (s.active() && !s.done() && s.clock() + 1 < max_clock) {
+      state += absl::StrCat(", ", max_clock - s.clock(), " steps behind");
+    }
+    absl::StrAppendFormat(
+        &t, "  %4d  %6d  %5d  %9s  %7s  %-11s  %s\n", s.rank(), s.member_id(),
+        s.clock(), hb, rate,
+        absl::StrCat("[", absl::StrJoin(s.data_shards(), ","), "]"), state);
+  }
+  // SSP: the fast workers wait once they are more than the bound ahead of
+  // the slowest one.
+  if (r.state() == RUNNING && c.model() == ConsistencySpec::SSP) {
+    const WorkerSlot* slowest = nullptr;
+    for (const WorkerSlot& s : r.slots()) {
+      if (s.active() && !s.done() &&
+          (slowest == nullptr || s.clock() < slowest->clock())) {
+        slowest = &s;
+      }
+    }
+    if (slowest != nullptr && max_clock - slowest->clock() > c.staleness()) {
+      diagnosis.push_back(absl::StrCat(
+          "workers at clock ", max_clock, " wait for worker ",
+          slowest->member_id(), " (rank ", slowest->rank(), ") at clock ",
+          slowest->clock(), " (staleness bound ", c.staleness(), ")"));
+    }
+  }
+  if (!in.recent_events.empty()) absl::StrAppend(&t, "recent events:\n");
+  for (const JobEvent& e : in.recent_events) {
+    absl::StrAppend(
+        &t, "  ",
+        absl::FormatTime("%H:%M:%S", absl::FromUnixMillis(e.time_ms()),
+                         absl::UTCTimeZone()),
+        " ", e.kind(), ": ", e.message(), "\n");
+  }
+  if (r.state() == PENDING) {
+    diagnosis.push_back(absl::StrCat("not started: ", r.reason()));
+  } else if (r.state() == RUNNING && diagnosis.empty()) {
+    diagnosis.push_back("nothing is blocked");
+  }
+  if (!diagnosis.empty()) {
+    absl::StrAppend(&t, "diagnosis: ", absl::StrJoin(diagnosis, "; "), "\n");
+  }
+  return t;
+}
+
+}  // namespace ps::coordinator

@@ -1,0 +1,99 @@
+#include "server/coordinator/membership.h"
+
+#include <gtest/gtest.h>
+
+#include "server/coordinator/fake_clock.h"
+
+namespace ps::coordinator {
+namespace {
+
+RegisterRequest Worker(int64_t id = 0) {
+  RegisterRequest r;
+  r.set_role(WORKER);
+  r.set_device("cpu");
+  r.set_member_id(id);
+  return r;
+}
+
+RegisterRequest Server(const std::string& address, int64_t id = 0) {
+  RegisterRequest r;
+  r.set_role(SERVER);
+  r.set_address(address);
+  r.set_member_id(id);
+  return r;
+}
+
+TEST(Membership, NewIdsAreDistinctAndKeptIdsStay) {
+  FakeClock clock;
+  Membership m(&clock, {});
+  auto a = m.Register(Worker());
+  auto b = m.Register(Worker());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->member_id(), b->member_id());
+  auto kept = m.Register(Worker(42));
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->member_id(), 42);
+  auto next = m.Register(Worker());
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(next->member_id(), 42);
+}
+
+TEST(Membership, RejectsBadRegistrations) {
+  FakeClock clock;
+  Membership m(&clock, {});
+  RegisterRequest no_role;
+  EXPECT_EQ(m.Register(no_role).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Register(Server("")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Register(Worker(-3)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Membership, DeadAfterTimeoutAndReregisterRevives) {
+  FakeClock clock;
+  Membership m(&clock, {.heartbeat_timeout_ms = 1000});
+  const int64_t id = m.Register(Worker())->member_id();
+  clock.AdvanceMs(900);
+  EXPECT_TRUE(m.Heartbeat(id).ok());
+  clock.AdvanceMs(900);
+  EXPECT_TRUE(m.DetectDead().empty());
+  clock.AdvanceMs(200);
+  EXPECT_EQ(m.DetectDead(), std::vector<int64_t>{id});
+  EXPECT_FALSE(m.IsAlive(id));
+  // A dead member's heartbeat is refused: it must register again.
+  EXPECT_EQ(m.Heartbeat(id).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(m.Register(Worker(id)).ok());
+  EXPECT_TRUE(m.IsAlive(id));
+  EXPECT_TRUE(m.Heartbeat(id).ok());
+}
+
+TEST(Membership, UnknownIdMustRegister) {
+  FakeClock clock;
+  Membership m(&clock, {});
+  EXPECT_EQ(m.Heartbeat(7).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Membership, RestartedServerReplacesTheOldOneAtItsAddress) {
+  FakeClock clock;
+  Membership m(&clock, {});
+  const int64_t old_id = m.Register(Server("127.0.0.1:5000"))->member_id();
+  const int64_t new_id = m.Register(Server("127.0.0.1:5000"))->member_id();
+  EXPECT_NE(old_id, new_id);
+  EXPECT_FALSE(m.IsAlive(old_id));
+  auto at = m.AliveServerAt("127.0.0.1:5000");
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->member_id(), new_id);
+  EXPECT_EQ(m.Alive(SERVER).size(), 1u);
+  EXPECT_EQ(m.List().size(), 2u);
+}
+
+TEST(Membership, FirstIdComesFromOptions) {
+  FakeClock clock;
+  Membership m(&clock, {.first_member_id = 100});
+  EXPECT_EQ(m.Register(Worker())->member_id(), 100);
+  EXPECT_EQ(m.next_member_id(), 101);
+}
+
+}  // namespace
+}  // namespace ps::coordinator

@@ -1,0 +1,34 @@
+// Export of a job's metric series as CSV or JSON: the coordinator uses it for
+// GetMetrics(format), and psctl may link it to format points it already has.
+#ifndef PS_SERVER_COORDINATOR_METRICS_FORMAT_H_
+#define PS_SERVER_COORDINATOR_METRICS_FORMAT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "proto/coordinator_service.pb.h"
+
+namespace ps::coordinator {
+
+// One line per point, in the order given, after the header
+// "job_id,name,step,epoch,time_ms,member_id,value". Values print with 9
+// significant digits; NaN and Inf print as "nan", "inf", "-inf".
+std::string FormatMetricsCsv(absl::string_view job_id,
+                             absl::Span<const MetricPoint> points);
+
+// {"job_id": "...", "series": {"<name>": [{"step": s, "epoch": e,
+// "time_ms": t, "member_id": m, "value": v}, ...], ...}}: series in name
+// order, points in the order given. NaN and Inf become null (JSON has none).
+std::string FormatMetricsJson(absl::string_view job_id,
+                              absl::Span<const MetricPoint> points);
+
+// "csv" or "json" (case-insensitive); INVALID_ARGUMENT otherwise.
+absl::StatusOr<std::string> FormatMetrics(absl::string_view format,
+                                          absl::string_view job_id,
+                                          absl::Span<const MetricPoint> points);
+
+}  // namespace ps::coordinator
+
+#endif  // PS_SERVER_COORDINATOR_METRICS_FORMAT_H_

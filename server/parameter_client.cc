@@ -1,0 +1,526 @@
+#include "server/parameter_client.h"
+
+#include <grpcpp/alarm.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/payload_codec.h"
+#include "common/status.h"
+#include "proto/parameter_service.pb.h"
+
+namespace ps::server {
+namespace internal {
+
+// Shared by a Ticket and the RPCs of its operation; freed with the last of
+// them.
+struct TicketState {
+  absl::Mutex mu;
+  int pending ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  int64_t version ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::max();
+  int64_t min_clock ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::max();
+  int64_t duplicates ABSL_GUARDED_BY(mu) = 0;
+  int64_t dropped ABSL_GUARDED_BY(mu) = 0;
+
+  void Add(int n) {
+    absl::MutexLock l(&mu);
+    pending += n;
+  }
+  void Complete(const absl::Status& s) {
+    absl::MutexLock l(&mu);
+    if (!s.ok() && status.ok()) status = s;
+    --pending;
+  }
+};
+
+}  // namespace internal
+
+using internal::TicketState;
+
+Ticket::Ticket() : state_(std::make_shared<TicketState>()) {}
+Ticket::Ticket(std::shared_ptr<TicketState> state) : state_(std::move(state)) {}
+
+absl::Status Ticket::Wait(absl::Duration timeout) const {
+  absl::MutexLock l(&state_->mu);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+    return state_->pending == 0;
+  };
+  if (!state_->mu.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "operation still running after ", absl::FormatDuration(timeout), " (",
+        state_->pending, " RPCs in flight)"));
+  }
+  return state_->status;
+}
+
+bool Ticket::Done() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->pending == 0;
+}
+
+int64_t Ticket::version() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->version == std::numeric_limits<int64_t>::max()
+             ? 0
+             : state_->version;
+}
+int64_t Ticket::min_clock() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->min_clock == std::numeric_limits<int64_t>::max()
+             ? 0
+             : state_->min_clock;
+}
+int64_t Ticket::duplicates() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->duplicates;
+}
+int64_t Ticket::dropped() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->dropped;
+}
+
+namespace {
+
+constexpr char kPushMethod[] = "/ps.ParameterService/Push";
+constexpr char kPullMethod[] = "/ps.ParameterService/Pull";
+constexpr int kPushChunksField = 6;
+constexpr int kPullChunksField = 2;
+
+class ClientImpl;
+
+// One RPC with its retries. Owned by shared_ptr copies held by the pending
+// gRPC callback or alarm.
+struct Call : std::enable_shared_from_this<Call> {
+  ClientImpl* client = nullptr;
+  std::shared_ptr<TicketState> ticket;
+  int shard = 0;
+  const char* method = nullptr;
+  std::function<grpc::ByteBuffer()> encode;  // again on every attempt
+  std::function<absl::Status(const grpc::ByteBuffer&)> on_response;
+  std::unique_ptr<grpc::ClientContext> context;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  int attempt = 0;
+  absl::Time first_start;
+  absl::Duration backoff;
+  std::unique_ptr<grpc::Alarm> alarm;
+};
+
+class ClientImpl final : public ParameterClient {
+ public:
+  ClientImpl(const ParameterClientOptions& options, std::string job_id,
+             int64_t worker_id, const Placement& placement)
+      : options_(options),
+        job_id_(std::move(job_id)),
+        worker_id_(worker_id),
+        placement_(placement),
+        next_seq_(placement.num_shards),
+        pulled_version_(placement.num_shards) {
+    for (auto& s : next_seq_) s.store(1);
+    for (auto& v : pulled_version_) v.store(0);
+    tensor_chunks_.resize(placement_.tensor_elements.size());
+    for (const Chunk& c : placement_.chunks) {
+      tensor_chunks_[c.tensor_index].push_back(c.chunk_id);
+    }
+    // Pull groups: each shard's chunks cut into messages of bounded size.
+    const int64_t elem = DTypeSize(options_.wire_dtype);
+    pull_groups_.resize(placement_.num_shards);
+    for (int s = 0; s < placement_.num_shards; ++s) {
+      std::vector<int64_t> group;
+      int64_t bytes = 0;
+      for (int64_t id : placement_.shard_chunks[s]) {
+        const int64_t b = placement_.chunks[id].num_elements * elem;
+        if (!group.empty() && bytes + b > options_.max_request_bytes) {
+          pull_groups_[s].push_back(std::move(group));
+          group.clear();
+          bytes = 0;
+        }
+        group.push_back(id);
+        bytes += b;
+      }
+      // A shard without chunks still answers (its version counts).
+      if (!group.empty() || pull_groups_[s].empty()) {
+        pull_groups_[s].push_back(std::move(group));
+      }
+    }
+  }
+
+  ~ClientImpl() override {
+    std::vector<std::unique_ptr<grpc::ClientContext>> finished;
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(
+          +[](int* n) { return *n == 0; }, &in_flight_));
+      finished.swap(finished_contexts_);
+    }
+  }
+
+  absl::Status Connect() {
+    for (int s = 0; s < placement_.num_shards; ++s) {
+      std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
+      for (int c = 0; c < options_.connections_per_shard; ++c) {
+        ChannelOptions copts;
+        copts.tls = options_.tls;
+        copts.max_message_bytes = options_.max_message_bytes;
+        copts.connection_id = c + 1;
+        PS_ASSIGN_OR_RETURN(auto channel,
+                            MakeChannel(options_.server_addresses[s], copts));
+        stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
+      }
+      stubs_.push_back(std::move(stubs));
+    }
+    next_stub_ = std::vector<std::atomic<uint32_t>>(placement_.num_shards);
+    return absl::OkStatus();
+  }
+
+  Ticket PullAll(int64_t clock, int64_t min_version,
+                 std::vector<absl::Span<float>> tensors) override;
+  Ticket PushTensor(int tensor_index, absl::Span<const float> grad,
+                    int64_t clock, int64_t base_version) override;
+  Ticket EndStep(int64_t clock, int64_t base_version) override;
+  const Placement& placement() const override { return placement_; }
+
+  void Start(std::shared_ptr<Call> call);
+  void Done(std::shared_ptr<Call> call, const grpc::Status& status);
+
+ private:
+  std::shared_ptr<Call> NewCall(const std::shared_ptr<TicketState>& ticket,
+                                int shard, const char* method) {
+    ReapContexts();
+    auto call = std::make_shared<Call>();
+    call->client = this;
+    call->ticket = ticket;
+    call->shard = shard;
+    call->method = method;
+    call->first_start = absl::Now();
+    call->backoff = options_.retry.initial_backoff;
+    {
+      absl::MutexLock l(&mu_);
+      ++in_flight_;
+    }
+    return call;
+  }
+  void Finish(const std::shared_ptr<Call>& call, const absl::Status& s) {
+    RetireContext(call);
+    call->ticket->Complete(s);
+    absl::MutexLock l(&mu_);
+    --in_flight_;
+  }
+  // A ClientContext destroyed inside gRPC's completion callback (when the
+  // callback held the last reference to the call) crashed gRPC 1.51 with a
+  // double free in its callback completion queue, so finished contexts are
+  // destroyed on the caller's threads instead: on the next call or in the
+  // destructor.
+  void RetireContext(const std::shared_ptr<Call>& call) {
+    if (call->context == nullptr) return;
+    absl::MutexLock l(&mu_);
+    finished_contexts_.push_back(std::move(call->context));
+  }
+  // Keeps the newest few, whose callbacks may still be unwinding.
+  void ReapContexts() {
+    constexpr size_t kKeep = 64;
+    std::vector<std::unique_ptr<grpc::ClientContext>> finished;
+    absl::MutexLock l(&mu_);
+    if (finished_contexts_.size() < 2 * kKeep) return;
+    const size_t n = finished_contexts_.size() - kKeep;
+    finished.assign(std::make_move_iterator(finished_contexts_.begin()),
+                    std::make_move_iterator(finished_contexts_.begin() + n));
+    finished_contexts_.erase(finished_contexts_.begin(),
+                             finished_contexts_.begin() + n);
+    // Destroyed after the lock is released (declaration order).
+  }
+  Ticket SendPush(int shard, std::vector<ChunkOut> chunks, int64_t clock,
+                  int64_t base_version, bool end_of_step,
+                  const std::shared_ptr<TicketState>& ticket);
+
+  const ParameterClientOptions options_;
+  const std::string job_id_;
+  const int64_t worker_id_;
+  const Placement placement_;
+  std::vector<std::vector<int64_t>> tensor_chunks_;  // ids, by offset
+  std::vector<std::vector<std::vector<int64_t>>> pull_groups_;
+  std::vector<std::atomic<uint64_t>> next_seq_;       // per shard
+  std::vector<std::atomic<int64_t>> pulled_version_;  // per shard
+  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
+  std::vector<std::atomic<uint32_t>> next_stub_;
+  absl::Mutex mu_;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::unique_ptr<grpc::ClientContext>> finished_contexts_
+      ABSL_GUARDED_BY(mu_);
+};
+
+void ClientImpl::Start(std::shared_ptr<Call> call) {
+  ++call->attempt;
+  RetireContext(call);  // the previous attempt's
+  call->context = std::make_unique<grpc::ClientContext>();
+  PrepareContext(call->context.get(), options_.call_timeout, options_.token);
+  call->request = call->encode();
+  call->response.Clear();
+  const uint32_t n = next_stub_[call->shard].fetch_add(1);
+  grpc::GenericStub* stub =
+      stubs_[call->shard][n % stubs_[call->shard].size()].get();
+  stub->UnaryCall(call->context.get(), call->method, grpc::StubOptions(),
+                  &call->request, &call->response, [call](grpc::Status status) {
+                    call->client->Done(call, status);
+                  });
+}
+
+void ClientImpl::Done(std::shared_ptr<Call> call, const grpc::Status& status) {
+  absl::Status s = FromGrpcStatus(status);
+  if (s.ok()) {
+    s = call->on_response(call->response);
+    Finish(call, s);
+    return;
+  }
+  const RetryPolicy& retry = options_.retry;
+  const absl::Time next = absl::Now() + call->backoff;
+  if (IsRetryable(s) && call->attempt < retry.max_attempts &&
+      next - call->first_start < retry.total_deadline) {
+    call->alarm = std::make_unique<grpc::Alarm>();
+    call->backoff =
+        std::min(call->backoff * retry.multiplier, retry.max_backoff);
+    call->alarm->Set(absl::ToChronoTime(next),
+                     [call](bool) { call->client->Start(call); });
+    return;
+  }
+  Finish(call,
+         Annotate(s, absl::StrCat(call->method, " to shard ", call->shard, " (",
+                                  options_.server_addresses[call->shard],
+                                  "), attempt ", call->attempt)));
+}
+
+Ticket ClientImpl::PullAll(int64_t clock, int64_t min_version,
+                           std::vector<absl::Span<float>> tensors) {
+  auto ticket = std::make_shared<TicketState>();
+  if (tensors.size() != placement_.tensor_elements.size()) {
+    ticket->status = absl::InvalidArgumentError(absl::StrCat(
+        "PullAll: ", tensors.size(), " tensor buffers for a model of ",
+        placement_.tensor_elements.size(), " tensors"));
+    return Ticket(ticket);
+  }
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    if (static_cast<int64_t>(tensors[t].size()) !=
+        placement_.tensor_elements[t]) {
+      ticket->status = absl::InvalidArgumentError(absl::StrCat(
+          "PullAll: tensor ", t, " buffer holds ", tensors[t].size(),
+          " floats, the model says ", placement_.tensor_elements[t]));
+      return Ticket(ticket);
+    }
+  }
+  int total = 0;
+  for (const auto& groups : pull_groups_) total += groups.size();
+  ticket->Add(total);
+  for (int s = 0; s < placement_.num_shards; ++s) {
+    for (const std::vector<int64_t>& group : pull_groups_[s]) {
+      auto call = NewCall(ticket, s, kPullMethod);
+      PullRequest request;
+      request.set_job_id(job_id_);
+      request.set_worker_id(worker_id_);
+      request.set_clock(clock);
+      request.set_min_version(min_version);
+      request.set_dtype(options_.wire_dtype);
+      for (int64_t id : group) request.add_chunk_ids(id);
+      call->encode = [bytes = request.SerializeAsString()] {
+        grpc::Slice slice(bytes);
+        return grpc::ByteBuffer(&slice, 1);
+      };
+      const Placement* p = &placement_;
+      std::atomic<int64_t>* pulled_version = &pulled_version_[s];
+      call->on_response = [p, tensors, ticket,
+                           pulled_version](const grpc::ByteBuffer& buffer) {
+        PullResponse header;
+        std::vector<grpc::Slice> slices;
+        PS_RETURN_IF_ERROR(DecodeSegmented(
+            buffer, kPullChunksField, &header, &slices,
+            [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
+              if (c.chunk_id < 0 ||
+                  c.chunk_id >= static_cast<int64_t>(p->chunks.size())) {
+                return absl::InternalError(
+                    absl::StrCat("server sent unknown chunk ", c.chunk_id));
+              }
+              const Chunk& chunk = p->chunks[c.chunk_id];
+              const DType dtype =
+                  c.dtype == DTYPE_UNSPECIFIED ? FLOAT32 : c.dtype;
+              const int size = DTypeSize(dtype);
+              if (c.num_elements != chunk.num_elements || size == 0 ||
+                  c.data.size() !=
+                      static_cast<size_t>(chunk.num_elements) * size) {
+                return absl::InternalError(absl::StrCat(
+                    "server sent chunk ", c.chunk_id, " with ", c.num_elements,
+                    " elements / ", c.data.size(), " bytes; expected ",
+                    chunk.num_elements, " elements"));
+              }
+              absl::Span<float> out = tensors[chunk.tensor_index].subspan(
+                  chunk.offset, chunk.num_elements);
+              if (size == 4) {
+                // Straight from the receive slices into the tensor.
+                char* dst = reinterpret_cast<char*>(out.data());
+                for (absl::string_view seg : segs) {
+                  std::memcpy(dst, seg.data(), seg.size());
+                  dst += seg.size();
+                }
+                return absl::OkStatus();
+              }
+              std::string joined;
+              for (absl::string_view seg : segs)
+                joined.append(seg.data(), seg.size());
+              return WidenToFloat(dtype, joined, out);
+            }));
+        pulled_version->store(header.version());
+        absl::MutexLock l(&ticket->mu);
+        ticket->version = std::min(ticket->version, header.version());
+        ticket->min_clock = std::min(ticket->min_clock, header.min_clock());
+        return absl::OkStatus();
+      };
+      Start(call);
+    }
+  }
+  return Ticket(ticket);
+}
+
+Ticket ClientImpl::SendPush(int shard, std::vector<ChunkOut> chunks,
+                            int64_t clock, int64_t base_version,
+                            bool end_of_step,
+                            const std::shared_ptr<TicketState>& ticket) {
+  auto call = NewCall(ticket, shard, kPushMethod);
+  PushRequest header;
+  header.set_job_id(job_id_);
+  header.set_worker_id(worker_id_);
+  header.set_seq(next_seq_[shard].fetch_add(1));
+  header.set_clock(clock);
+  header.set_base_version(base_version == kPulledVersion
+                              ? pulled_version_[shard].load()
+                              : base_version);
+  header.set_end_of_step(end_of_step);
+  call->encode = [header = std::move(header), chunks = std::move(chunks)] {
+    return EncodeWithPayloads(header, kPushChunksField, chunks);
+  };
+  call->on_response = [ticket](const grpc::ByteBuffer& buffer) {
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (buffer.Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) {
+        bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    PushResponse response;
+    if (!response.ParseFromString(bytes)) {
+      return absl::InternalError("malformed PushResponse");
+    }
+    absl::MutexLock l(&ticket->mu);
+    ticket->version = std::min(ticket->version, response.version());
+    ticket->duplicates += response.duplicate() ? 1 : 0;
+    ticket->dropped += response.dropped() ? 1 : 0;
+    return absl::OkStatus();
+  };
+  Start(call);
+  return Ticket(ticket);
+}
+
+Ticket ClientImpl::PushTensor(int tensor_index, absl::Span<const float> grad,
+                              int64_t clock, int64_t base_version) {
+  auto ticket = std::make_shared<TicketState>();
+  if (tensor_index < 0 ||
+      tensor_index >= static_cast<int>(tensor_chunks_.size()) ||
+      static_cast<int64_t>(grad.size()) !=
+          placement_.tensor_elements[tensor_index]) {
+    ticket->status = absl::InvalidArgumentError(
+        absl::StrCat("PushTensor: tensor ", tensor_index, " with ", grad.size(),
+                     " floats does not match the placement"));
+    return Ticket(ticket);
+  }
+  const DType dtype = options_.wire_dtype;
+  const int size = DTypeSize(dtype);
+  // Messages per shard, each at most max_request_bytes of payload.
+  std::vector<std::vector<std::vector<ChunkOut>>> messages(
+      placement_.num_shards);
+  std::vector<int64_t> bytes(placement_.num_shards, 0);
+  for (int64_t id : tensor_chunks_[tensor_index]) {
+    const Chunk& c = placement_.chunks[id];
+    const absl::Span<const float> part = grad.subspan(c.offset, c.num_elements);
+    ChunkOut out;
+    out.chunk_id = id;
+    out.dtype = dtype;
+    out.num_elements = c.num_elements;
+    if (size == 4) {
+      out.data = BorrowSlice(absl::string_view(
+          reinterpret_cast<const char*>(part.data()), part.size() * 4));
+    } else {
+      char* data = nullptr;
+      out.data = AllocateSlice(part.size() * size, &data);
+      NarrowFromFloat(dtype, part, data);
+    }
+    auto& shard_messages = messages[c.shard];
+    const int64_t b = c.num_elements * size;
+    if (shard_messages.empty() ||
+        bytes[c.shard] + b > options_.max_request_bytes) {
+      shard_messages.emplace_back();
+      bytes[c.shard] = 0;
+    }
+    shard_messages.back().push_back(std::move(out));
+    bytes[c.shard] += b;
+  }
+  int total = 0;
+  for (const auto& m : messages) total += m.size();
+  ticket->Add(total);
+  for (int s = 0; s < placement_.num_shards; ++s) {
+    for (auto& m : messages[s]) {
+      SendPush(s, std::move(m), clock, base_version, false, ticket);
+    }
+  }
+  return Ticket(ticket);
+}
+
+Ticket ClientImpl::EndStep(int64_t clock, int64_t base_version) {
+  auto ticket = std::make_shared<TicketState>();
+  ticket->Add(placement_.num_shards);
+  for (int s = 0; s < placement_.num_shards; ++s) {
+    SendPush(s, {}, clock, base_version, true, ticket);
+  }
+  return Ticket(ticket);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
+    const ParameterClientOptions& options, const std::string& job_id,
+    int64_t worker_id, const Placement& placement) {
+  if (static_cast<int>(options.server_addresses.size()) !=
+      placement.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ParameterClient: ", options.server_addresses.size(),
+                     " server addresses for a placement on ",
+                     placement.num_shards, " shards"));
+  }
+  if (options.connections_per_shard < 1 || options.max_request_bytes < 4 ||
+      DTypeSize(options.wire_dtype) == 0) {
+    return absl::InvalidArgumentError(
+        "ParameterClient: connections_per_shard >= 1, max_request_bytes >= 4 "
+        "and a known wire dtype are required");
+  }
+  // gRPC 1.51 runs callback RPCs on a process-wide completion queue that
+  // is torn down when the last channel goes and rebuilt with the next one;
+  // that teardown races with callbacks still draining (a double free in
+  // grpc_cq_internal_unref seen when clients come and go in parallel). One
+  // channel kept for the life of the process keeps that queue up. Created
+  // once, never destroyed on purpose.
+  static const std::shared_ptr<grpc::Channel>* const keep_callback_cq_alive =
+      new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
+          "127.0.0.1:1", grpc::InsecureChannelCredentials()));
+  (void)keep_callback_cq_alive;
+  auto client =
+      std::make_unique<ClientImpl>(options, job_id, worker_id, placement);
+  PS_RETURN_IF_ERROR(client->Connect());
+  return client;
+}
+
+}  // namespace ps::server

@@ -1,0 +1,125 @@
+// The data-plane client workers and ps_bench use: push gradients to and pull
+// weights from every shard of a job, asynchronously, over gRPC.
+//
+// Given the job's Placement it splits each tensor into its chunks, groups
+// them per shard into messages of at most max_request_bytes, sends them over
+// several connections per shard, and gathers pulled chunks straight into the
+// caller's tensor buffers. Payloads travel with the zero-copy codec: a push
+// sends slices pointing at the caller's gradient memory.
+//
+// Every call returns a Ticket: Wait(timeout) is bounded and the in-flight
+// state is released as soon as the call ends (no tracker that grows). Each
+// RPC attempt has a deadline; attempts failing with UNAVAILABLE or
+// DEADLINE_EXCEEDED are retried with exponential backoff (a retried push
+// keeps its sequence number, so the server applies it once).
+//
+// Thread-safe. Buffers handed to PullAll / PushTensor must stay alive and, for
+// pushes, unchanged until the ticket is done. The destructor waits for the
+// calls still in flight (each bounded by its retry deadline).
+#ifndef PS_SERVER_PARAMETER_CLIENT_H_
+#define PS_SERVER_PARAMETER_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/placement.h"
+#include "common/rpc.h"
+#include "proto/config.pb.h"
+
+namespace ps::server {
+
+struct ParameterClientOptions {
+  std::vector<std::string> server_addresses;  // index = shard index
+  std::string token;                          // cluster token (may be empty)
+  TlsOptions tls;
+  int max_message_bytes = kDefaultMaxMessageBytes;
+  // Payload bytes per Push / Pull message; bigger transfers are split so
+  // that several messages are in flight and none nears the maximum.
+  int64_t max_request_bytes = 4 << 20;
+  // TCP connections per shard; messages are spread over them.
+  int connections_per_shard = 2;
+  // Deadline of one attempt. A BSP pull waits on the server for the slowest
+  // worker within it, and is retried after it.
+  absl::Duration call_timeout = absl::Seconds(30);
+  RetryPolicy retry;
+  DType wire_dtype = FLOAT32;  // FLOAT16 / BFLOAT16 halve the bytes
+};
+
+namespace internal {
+struct TicketState;
+}
+
+// The outcome of one asynchronous operation (possibly many RPCs).
+class Ticket {
+ public:
+  Ticket();  // done and OK
+  explicit Ticket(std::shared_ptr<internal::TicketState> state);
+
+  // Waits up to `timeout`. Returns the operation's status once done (the
+  // first error of its RPCs), or DEADLINE_EXCEEDED if it is still running;
+  // it keeps running then and may be waited on again.
+  absl::Status Wait(absl::Duration timeout) const;
+  bool Done() const;
+
+  // Once done: pull: the lowest shard version of the weights received;
+  // push: the lowest shard version reported after the push.
+  int64_t version() const;
+  // Once done: the slowest worker's clock the shards reported (pulls).
+  int64_t min_clock() const;
+  // Once done (pushes): messages the servers had already applied (retries)
+  // and messages dropped as late by BSP backup-worker logic.
+  int64_t duplicates() const;
+  int64_t dropped() const;
+
+ private:
+  std::shared_ptr<internal::TicketState> state_;
+};
+
+class ParameterClient {
+ public:
+  // Connects lazily. INVALID_ARGUMENT when the number of addresses differs
+  // from placement.num_shards or options are out of range; the TLS files'
+  // errors as MakeChannel reports them.
+  static absl::StatusOr<std::unique_ptr<ParameterClient>> Create(
+      const ParameterClientOptions& options, const std::string& job_id,
+      int64_t worker_id, const Placement& placement);
+  virtual ~ParameterClient() = default;
+
+  // Pulls every chunk of every shard into `tensors`: one span per model
+  // tensor, in model order, each of placement.tensor_elements[i] floats.
+  // BSP: the shards answer once their version is >= min_version; SSP: once
+  // the slowest worker is within the staleness bound of `clock`.
+  virtual Ticket PullAll(int64_t clock, int64_t min_version,
+                         std::vector<absl::Span<float>> tensors) = 0;
+
+  // The base version of a push: what the last PullAll received from each
+  // shard (shards count their versions independently under ASP/SSP).
+  static constexpr int64_t kPulledVersion = -1;
+
+  // Pushes the gradient of tensor `tensor_index` (all of it, placement.
+  // tensor_elements[i] floats), split into its chunks and shards. Call it
+  // as soon as backward has produced the tensor's gradient. `base_version`:
+  // the weights' version the gradient was computed on, by default each
+  // shard's version from the last PullAll.
+  virtual Ticket PushTensor(int tensor_index, absl::Span<const float> grad,
+                            int64_t clock,
+                            int64_t base_version = kPulledVersion) = 0;
+
+  // Marks the end of the worker's step `clock` on every shard (after all of
+  // the step's PushTensor calls were issued; the server orders them by
+  // sequence number, so there is no need to wait for them first).
+  virtual Ticket EndStep(int64_t clock,
+                         int64_t base_version = kPulledVersion) = 0;
+
+  virtual const Placement& placement() const = 0;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_PARAMETER_CLIENT_H_

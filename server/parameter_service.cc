@@ -1,0 +1,322 @@
+#include "server/parameter_service.h"
+
+#include <deque>
+#include <functional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/payload_codec.h"
+#include "common/status.h"
+#include "proto/parameter_service.grpc.pb.h"
+
+namespace ps::server {
+namespace {
+
+constexpr int kPushChunksField = 6;
+constexpr int kPullChunksField = 2;
+
+// Fixed threads draining a queue of tasks; Stop runs what is queued, then
+// joins.
+class WaitPool {
+ public:
+  explicit WaitPool(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  }
+  ~WaitPool() { Stop(); }
+  void Submit(std::function<void()> task) {
+    absl::MutexLock l(&mu_);
+    tasks_.push_back(std::move(task));
+  }
+  void Stop() {
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      std::function<void()> task;
+      {
+        absl::MutexLock l(&mu_);
+        mu_.Await(absl::Condition(
+            +[](WaitPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+              return p->stopping_ || !p->tasks_.empty();
+            },
+            this));
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+using ServiceBase = ParameterService::WithRawCallbackMethod_Push<
+    ParameterService::WithRawCallbackMethod_Pull<ParameterService::Service>>;
+
+class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
+ public:
+  ServiceImpl(ShardStore* store, const ParameterServiceOptions& options)
+      : store_(store), options_(options), pool_(options.wait_threads) {}
+  ~ServiceImpl() override { pool_.Stop(); }
+
+  grpc::Service* service() override { return this; }
+  void Stop() override { pool_.Stop(); }
+
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+
+  grpc::Status SetupJob(grpc::ServerContext* context,
+                        const SetupJobRequest* request,
+                        SetupJobResponse* response) override {
+    return Serve(
+        *context, [&] { return store_->SetupJob(*request); }, response);
+  }
+  grpc::Status TeardownJob(grpc::ServerContext* context,
+                           const TeardownJobRequest* request,
+                           TeardownJobResponse*) override {
+    if (absl::Status s = CheckToken(*context, options_.token); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    return ToGrpcStatus(store_->TeardownJob(*request));
+  }
+  grpc::Status UpdateMembership(grpc::ServerContext* context,
+                                const UpdateMembershipRequest* request,
+                                UpdateMembershipResponse* response) override {
+    return Serve(
+        *context, [&] { return store_->UpdateMembership(*request); }, response);
+  }
+  grpc::Status Checkpoint(grpc::ServerContext* context,
+                          const CheckpointRequest* request,
+                          CheckpointResponse* response) override {
+    return Serve(
+        *context, [&] { return store_->Checkpoint(request->job_id()); },
+        response);
+  }
+  grpc::Status GetShardStatus(grpc::ServerContext* context,
+                              const GetShardStatusRequest* request,
+                              ShardStatus* response) override {
+    return Serve(
+        *context, [&] { return store_->GetShardStatus(request->job_id()); },
+        response);
+  }
+
+ private:
+  // Token check, then the core call, then its result or converted status.
+  template <typename Response, typename Fn>
+  grpc::Status Serve(const grpc::ServerContextBase& context, Fn call,
+                     Response* response) {
+    if (absl::Status s = CheckToken(context, options_.token); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    absl::StatusOr<Response> result = call();
+    if (!result.ok()) return ToGrpcStatus(result.status());
+    *response = *std::move(result);
+    return grpc::Status::OK;
+  }
+
+  // How long the core may wait: the client's deadline less a margin (so the
+  // client reads the core's explanation rather than its own timeout), capped.
+  absl::Time WaitDeadline(const grpc::CallbackServerContext& context) const {
+    const absl::Time client = absl::FromChrono(context.deadline());
+    return std::min(client - absl::Milliseconds(50),
+                    absl::Now() + options_.max_wait);
+  }
+
+  ShardStore* const store_;
+  const ParameterServiceOptions options_;
+  WaitPool pool_;
+};
+
+// A decoded push that may outlive the callback (when handed to the pool).
+// The payloads stay in the received slices: a chunk split over several of
+// them is passed to the core as segments, never gathered into one buffer.
+struct PushCall {
+  PushRequest header;
+  std::vector<PushChunk> chunks;
+  std::vector<grpc::Slice> slices;
+};
+
+grpc::ServerUnaryReactor* ServiceImpl::Push(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckToken(*context, options_.token); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  auto call = std::make_shared<PushCall>();
+  if (absl::Status s = DecodeSegmented(
+          *request, kPushChunksField, &call->header, &call->slices,
+          [&](const ChunkView& v, absl::Span<const absl::string_view> segs) {
+            PushChunk c;
+            c.chunk_id = v.chunk_id;
+            c.dtype = v.dtype == DTYPE_UNSPECIFIED ? FLOAT32 : v.dtype;
+            c.num_elements = v.num_elements;
+            if (segs.size() == 1) {
+              c.data = segs[0];
+            } else {
+              c.segments.assign(segs.begin(), segs.end());
+            }
+            call->chunks.push_back(std::move(c));
+            return absl::OkStatus();
+          });
+      !s.ok()) {
+    reactor->Finish(ToGrpcStatus(Annotate(s, "Push")));
+    return reactor;
+  }
+  const absl::Time deadline = WaitDeadline(*context);
+  auto run = [this, call, reactor, response, deadline] {
+    PushArgs args;
+    args.job_id = call->header.job_id();
+    args.worker_id = call->header.worker_id();
+    args.seq = call->header.seq();
+    args.clock = call->header.clock();
+    args.base_version = call->header.base_version();
+    args.end_of_step = call->header.end_of_step();
+    args.chunks = std::move(call->chunks);
+    absl::StatusOr<PushResult> r = store_->Push(args, deadline);
+    call->slices.clear();
+    if (!r.ok()) {
+      reactor->Finish(ToGrpcStatus(r.status()));
+      return;
+    }
+    PushResponse out;
+    out.set_version(r->version);
+    out.set_duplicate(r->duplicate);
+    out.set_dropped(r->dropped);
+    grpc::Slice slice(out.SerializeAsString());
+    *response = grpc::ByteBuffer(&slice, 1);
+    reactor->Finish(grpc::Status::OK);
+  };
+  // Only a BSP end of step can wait (for the worker's earlier pushes).
+  PushArgs probe;
+  probe.job_id = call->header.job_id();
+  probe.worker_id = call->header.worker_id();
+  probe.seq = call->header.seq();
+  probe.end_of_step = call->header.end_of_step();
+  if (store_->PushMayWait(probe)) {
+    pool_.Submit(std::move(run));
+  } else {
+    run();
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ServiceImpl::Pull(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckToken(*context, options_.token); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  auto req = std::make_shared<PullRequest>();
+  {
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (request->Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) {
+        bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    if (!req->ParseFromString(bytes)) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "Pull: malformed PullRequest"));
+      return reactor;
+    }
+  }
+  const DType dtype =
+      req->dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : req->dtype();
+  if (DTypeSize(dtype) == 0) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("Pull: unsupported dtype ", static_cast<int>(dtype))));
+    return reactor;
+  }
+  auto run = [this, req, reactor, response, dtype](absl::Time deadline) {
+    PullArgs args;
+    args.job_id = req->job_id();
+    args.worker_id = req->worker_id();
+    args.clock = req->clock();
+    args.min_version = req->min_version();
+    args.chunk_ids.assign(req->chunk_ids().begin(), req->chunk_ids().end());
+    std::vector<ChunkOut> chunks;
+    const int size = DTypeSize(dtype);
+    auto sink = [&](const Chunk& c, absl::Span<const float> w,
+                    const WeightsRef& ref) {
+      grpc::Slice slice;
+      if (size == 4) {
+        // The published weights themselves: immutable while referenced.
+        slice = ShareSlice(
+            absl::string_view(reinterpret_cast<const char*>(w.data()),
+                              w.size() * sizeof(float)),
+            ref);
+      } else {
+        char* data = nullptr;
+        slice = AllocateSlice(w.size() * size, &data);
+        NarrowFromFloat(dtype, w, data);
+      }
+      chunks.push_back({c.chunk_id, dtype, static_cast<int64_t>(w.size()),
+                        std::move(slice)});
+    };
+    absl::StatusOr<PullResult> r = store_->Pull(args, deadline, sink);
+    if (!r.ok()) return r.status();
+    size_t bytes = 0;
+    for (const ChunkOut& c : chunks) bytes += c.data.size() + 32;
+    if (bytes > static_cast<size_t>(options_.max_message_bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "Pull of ", chunks.size(), " chunks (", bytes,
+          " bytes) exceeds the server's max message size of ",
+          options_.max_message_bytes, " bytes; pull fewer chunks per call"));
+    }
+    PullResponse header;
+    header.set_version(r->version);
+    header.set_min_clock(r->min_clock);
+    *response = EncodeWithPayloads(header, kPullChunksField, chunks);
+    return absl::OkStatus();
+  };
+  // First without waiting; only a pull that must wait goes to the pool.
+  absl::Status s = run(absl::InfinitePast());
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+    const absl::Time deadline = WaitDeadline(*context);
+    pool_.Submit([run, reactor, deadline] {
+      reactor->Finish(ToGrpcStatus(run(deadline)));
+    });
+    return reactor;
+  }
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ParameterServiceAdapter>>
+ParameterServiceAdapter::Create(ShardStore* store,
+                                const ParameterServiceOptions& options) {
+  if (store == nullptr) {
+    return absl::InvalidArgumentError("ParameterService needs a shard store");
+  }
+  if (options.wait_threads < 1) {
+    return absl::InvalidArgumentError("wait_threads must be >= 1");
+  }
+  return std::make_unique<ServiceImpl>(store, options);
+}
+
+}  // namespace ps::server

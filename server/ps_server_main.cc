@@ -1,0 +1,320 @@
+// ps_server: one parameter-server shard. Holds its shard of every job it is
+// set up for, serves ParameterService, writes checkpoints, and (with
+// --coordinator) registers and heartbeats with the coordinator.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/metrics.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "proto/coordinator_service.grpc.pb.h"
+#include "server/parameter_service.h"
+#include "server/shard_store.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to listen on; 0.0.0.0 to accept connections from other "
+          "hosts.");
+ABSL_FLAG(int, port, 0,
+          "Port of the ParameterService; 0 picks a free port, which is "
+          "printed and written to --port_file.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the chosen port is written here (atomically) once the "
+          "server accepts connections.");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host:port the coordinator hands to workers; default "
+          "<host>:<chosen port> (the hostname when --host is 0.0.0.0).");
+ABSL_FLAG(std::string, coordinator, "",
+          "Coordinator address (host:port) to register and heartbeat with. "
+          "Empty: no registration; the server is driven directly by its "
+          "SetupJob RPC.");
+ABSL_FLAG(int64_t, member_id, 0,
+          "Member id from a previous registration, kept across restarts.");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory for checkpoints (<data_dir>/<job_id>/). Empty: "
+          "checkpoints are refused and SetupJob(restore) starts fresh.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the cluster token; if empty, the PS_TOKEN environment "
+          "variable is used. No token: calls are not authenticated. (Never "
+          "pass the token itself on the command line.)");
+ABSL_FLAG(int, threads, 8,
+          "Threads serving pulls and end-of-step pushes that must wait (BSP "
+          "barrier, SSP bound); the other calls run on gRPC's threads.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Port for Prometheus GET /metrics; 0 picks a free port (printed); "
+          "-1 disables the endpoint.");
+ABSL_FLAG(int, max_message_bytes, ps::kDefaultMaxMessageBytes,
+          "Largest gRPC message accepted or sent. Clients split larger "
+          "transfers into chunks below it.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate of this server (enables TLS with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA: clients must present a certificate it signed (mutual "
+          "TLS); also used to verify the coordinator.");
+ABSL_FLAG(bool, checkpoint_on_exit, false,
+          "On SIGTERM/SIGINT, write a final checkpoint of every job after "
+          "in-flight calls finished.");
+ABSL_FLAG(int, shutdown_grace_ms, 5000,
+          "On SIGTERM, how long in-flight calls may take to finish.");
+ABSL_FLAG(int, checkpoint_poll_ms, 500,
+          "How often the server checks whether a periodic checkpoint "
+          "(CheckpointSpec every_versions / every_seconds) is due.");
+
+namespace ps::server {
+namespace {
+
+void Log(const std::string& line) {
+  std::fprintf(stderr, "[ps_server] %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.good()) {
+      return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+// Registers with the coordinator and heartbeats until `stop`.
+void CoordinatorLoop(const std::string& coordinator, const std::string& address,
+                     const TlsOptions& tls, const std::string& token,
+                     absl::Notification* stop) {
+  ChannelOptions copts;
+  copts.tls = tls;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(coordinator, copts);
+  if (!channel.ok()) {
+    Log(absl::StrCat("cannot reach coordinator: ",
+                     channel.status().ToString()));
+    return;
+  }
+  auto stub = CoordinatorService::NewStub(*channel);
+  int64_t member_id = absl::GetFlag(FLAGS_member_id);
+  absl::Duration interval = absl::Seconds(1);
+  bool registered = false;
+  absl::Duration backoff = absl::Milliseconds(200);
+  while (!stop->HasBeenNotified()) {
+    if (!registered) {
+      RegisterRequest request;
+      request.set_role(SERVER);
+      request.set_address(address);
+      request.set_member_id(member_id);
+      char host[256] = {0};
+      gethostname(host, sizeof(host) - 1);
+      request.set_hostname(host);
+      request.set_pid(getpid());
+      RegisterResponse response;
+      grpc::ClientContext context;
+      PrepareContext(&context, absl::Seconds(5), token);
+      grpc::Status s = stub->Register(&context, request, &response);
+      if (s.ok()) {
+        registered = true;
+        member_id = response.member_id();
+        if (response.heartbeat_interval_ms() > 0) {
+          interval = absl::Milliseconds(response.heartbeat_interval_ms());
+        }
+        backoff = absl::Milliseconds(200);
+        Log(absl::StrCat("registered with coordinator ", coordinator,
+                         " as member ", member_id));
+      } else {
+        Log(absl::StrCat("register with coordinator ", coordinator,
+                         " failed: ", s.error_message(), "; retrying"));
+        stop->WaitForNotificationWithTimeout(backoff);
+        backoff = std::min(backoff * 2, absl::Seconds(5));
+        continue;
+      }
+    }
+    if (stop->WaitForNotificationWithTimeout(interval)) break;
+    HeartbeatRequest request;
+    request.set_member_id(member_id);
+    HeartbeatResponse response;
+    grpc::ClientContext context;
+    PrepareContext(&context, absl::Seconds(5), token);
+    grpc::Status s = stub->Heartbeat(&context, request, &response);
+    if (s.ok() && response.reregister()) {
+      Log("coordinator asked to register again");
+      registered = false;
+    } else if (!s.ok()) {
+      Log(absl::StrCat("heartbeat failed: ", s.error_message()));
+    }
+  }
+}
+
+int Run() {
+  absl::StatusOr<std::string> token =
+      ReadClusterToken(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) {
+    Log(token.status().ToString());
+    return 2;
+  }
+  TlsOptions tls;
+  tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+
+  // SIGTERM / SIGINT are taken by a dedicated thread via sigwait; block them
+  // before any other thread starts so that every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  MetricsRegistry metrics;
+  if (const int mport = absl::GetFlag(FLAGS_metrics_port); mport >= 0) {
+    absl::StatusOr<int> bound =
+        metrics.Serve(absl::StrCat(absl::GetFlag(FLAGS_host), ":", mport));
+    if (!bound.ok()) {
+      Log(bound.status().ToString());
+      return 2;
+    }
+    std::printf("metrics_port=%d\n", *bound);
+    std::fflush(stdout);
+  }
+
+  ShardStoreOptions store_options;
+  store_options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  store_options.metrics = &metrics;
+  absl::StatusOr<std::unique_ptr<ShardStore>> store =
+      ShardStore::Create(store_options);
+  if (!store.ok()) {
+    Log(store.status().ToString());
+    return 2;
+  }
+  ParameterServiceOptions service_options;
+  service_options.token = *token;
+  service_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  service_options.wait_threads = absl::GetFlag(FLAGS_threads);
+  absl::StatusOr<std::unique_ptr<ParameterServiceAdapter>> service =
+      ParameterServiceAdapter::Create(store->get(), service_options);
+  if (!service.ok()) {
+    Log(service.status().ToString());
+    return 2;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
+      MakeServerCredentials(tls);
+  if (!creds.ok()) {
+    Log(creds.status().ToString());
+    return 2;
+  }
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
+                           *creds, &port);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.RegisterService((*service)->service());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    Log(absl::StrCat("cannot listen on ", host, ":",
+                     absl::GetFlag(FLAGS_port)));
+    return 2;
+  }
+  std::printf("ps_server listening on %s:%d\n", host.c_str(), port);
+  std::fflush(stdout);
+  if (const std::string pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
+    if (absl::Status s = WriteFileAtomically(pf, absl::StrCat(port, "\n"));
+        !s.ok()) {
+      Log(s.ToString());
+      return 2;
+    }
+  }
+
+  absl::Notification stop;
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    Log(absl::StrCat("signal ", sig, ": shutting down"));
+    stop.Notify();
+  });
+  std::thread checkpointer([&] {
+    const absl::Duration poll =
+        absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_poll_ms));
+    while (!stop.WaitForNotificationWithTimeout(poll)) {
+      if (absl::Status s = (*store)->CheckpointDue(); !s.ok()) {
+        Log(absl::StrCat("periodic checkpoint failed: ", s.ToString()));
+      }
+    }
+  });
+  std::thread coordinator_thread;
+  if (const std::string coord = absl::GetFlag(FLAGS_coordinator);
+      !coord.empty()) {
+    std::string advertise = absl::GetFlag(FLAGS_advertise_address);
+    if (advertise.empty()) {
+      std::string h = host;
+      if (h == "0.0.0.0" || h == "::" || h == "[::]") {
+        char name[256] = {0};
+        gethostname(name, sizeof(name) - 1);
+        h = name;
+      }
+      advertise = absl::StrCat(h, ":", port);
+    }
+    coordinator_thread =
+        std::thread(CoordinatorLoop, coord, advertise, tls, *token, &stop);
+  }
+
+  stop.WaitForNotification();
+  // Release waiting pulls and barriers (their clients retry), let in-flight
+  // calls finish within the grace period, then write the final checkpoint
+  // from a quiet shard.
+  (*store)->Shutdown();
+  server->Shutdown(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  (*service)->Stop();
+  checkpointer.join();
+  if (coordinator_thread.joinable()) coordinator_thread.join();
+  int rc = 0;
+  if (absl::GetFlag(FLAGS_checkpoint_on_exit)) {
+    if (absl::Status s = (*store)->CheckpointAll(); !s.ok()) {
+      Log(absl::StrCat("final checkpoint failed: ", s.ToString()));
+      rc = 1;
+    } else {
+      Log("final checkpoint written");
+    }
+  }
+  server->Wait();
+  signal_thread.join();
+  Log("stopped");
+  return rc;
+}
+
+}  // namespace
+}  // namespace ps::server
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ps_server: a parameter-server shard.\n\n"
+      "Holds one shard of the weights and optimizer state of every job it is "
+      "set up for, applies pushed gradients under the job's consistency "
+      "model (BSP / ASP / SSP), serves pulls, and writes checkpoints.\n\n"
+      "  ps_server --port=0 --port_file=/run/ps/server0.port "
+      "--data_dir=/var/lib/ps --token_file=/etc/ps/token\n");
+  absl::ParseCommandLine(argc, argv);
+  return ps::server::Run();
+}

@@ -1,0 +1,171 @@
+// The transport-neutral core of a parameter-server shard: every job's chunks
+// that this shard owns, their optimizer state, and the consistency logic
+// (BSP with backup workers, ASP with bounded staleness, SSP), membership and
+// exactly-once push application. gRPC (server/parameter_service.h) is a thin
+// adapter over it.
+//
+// Versions. BSP: the version is the number of applied steps; a worker at
+// clock c pushes the gradient of step c (c == version) and pulls with
+// min_version c. ASP/SSP: pushes apply at once and the version counts the
+// completed worker steps (pushes with end_of_step), so the staleness of a
+// push is version - base_version in worker steps.
+//
+// Thread safety: every method is thread-safe. A job has one small mutex for
+// its bookkeeping (members, clocks, sequence numbers) and one per chunk for
+// the data; pushes to different chunks apply in parallel. Locks are never held
+// across disk I/O (checkpoints snapshot under the locks, then write).
+//
+// Errors: NOT_FOUND (unknown job), INVALID_ARGUMENT (unknown or foreign
+// chunk, wrong length, dtype, NaN/Inf, seq 0), OUT_OF_RANGE (clock or base
+// version from the future), FAILED_PRECONDITION (worker not an active member
+// of the job), ABORTED (ASP push staler than max_staleness),
+// DEADLINE_EXCEEDED (a pull or step barrier still waiting at the deadline),
+// ALREADY_EXISTS (SetupJob of a job set up with a different spec). A push
+// that fails leaves the shard's state unchanged.
+#ifndef PS_SERVER_SHARD_STORE_H_
+#define PS_SERVER_SHARD_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/metrics.h"
+#include "common/placement.h"
+#include "proto/parameter_service.pb.h"
+
+namespace ps::server {
+
+// Time source; tests inject a fake one. Only used for timestamps and
+// time-based checkpoint periods, never for waiting.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() = 0;
+  static Clock* Real();  // process-wide, never destroyed
+};
+
+struct ShardStoreOptions {
+  // Checkpoints go to <data_dir>/<job_id>/; empty: checkpoints are refused.
+  std::string data_dir;
+  Clock* clock = nullptr;              // null: Clock::Real()
+  MetricsRegistry* metrics = nullptr;  // null: no Prometheus metrics
+};
+
+// One chunk of a push: num_elements little-endian `dtype` values, either
+// contiguous in `data` or, when they arrived split over several receive
+// buffers, the concatenation of `segments` (then `data` is unused). The
+// bytes only have to live for the duration of the Push call.
+struct PushChunk {
+  int64_t chunk_id = 0;
+  DType dtype = FLOAT32;
+  int64_t num_elements = 0;
+  absl::string_view data;
+  std::vector<absl::string_view> segments;
+};
+
+struct PushArgs {
+  absl::string_view job_id;
+  int64_t worker_id = 0;
+  uint64_t seq = 0;
+  int64_t clock = 0;
+  int64_t base_version = 0;
+  bool end_of_step = false;
+  std::vector<PushChunk> chunks;
+};
+
+struct PushResult {
+  int64_t version = 0;
+  bool duplicate = false;
+  bool dropped = false;
+};
+
+struct PullArgs {
+  absl::string_view job_id;
+  int64_t worker_id = 0;
+  int64_t clock = 0;
+  int64_t min_version = 0;
+  std::vector<int64_t> chunk_ids;  // empty: every chunk of the shard
+};
+
+struct PullResult {
+  int64_t version = 0;
+  int64_t min_clock = 0;
+};
+
+// Keeps a pulled chunk's weights alive: published weights are immutable
+// (an update writes a new buffer), so a pull may send them without copying
+// as long as it holds this reference.
+using WeightsRef = std::shared_ptr<const void>;
+
+// Receives one chunk's weights during a pull, called under that chunk's lock:
+// keep `ref` (zero copy) or copy the span out, and return quickly.
+using ChunkSink =
+    absl::FunctionRef<void(const Chunk& chunk, absl::Span<const float> weights,
+                           const WeightsRef& ref)>;
+
+class ShardStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardStore>> Create(
+      const ShardStoreOptions& options);
+  virtual ~ShardStore() = default;
+
+  // Allocates and initialises the chunks this shard owns (or, with restore,
+  // loads the newest valid checkpoint). Idempotent for the same spec and
+  // shard layout: a repeated SetupJob (a retried RPC, a coordinator restart)
+  // returns the current state.
+  virtual absl::StatusOr<SetupJobResponse> SetupJob(
+      const SetupJobRequest& request) = 0;
+  virtual absl::Status TeardownJob(const TeardownJobRequest& request) = 0;
+  virtual absl::StatusOr<UpdateMembershipResponse> UpdateMembership(
+      const UpdateMembershipRequest& request) = 0;
+
+  // Applies (ASP/SSP) or stages (BSP) a gradient. A BSP push with
+  // end_of_step waits, until `deadline`, for the worker's earlier pushes
+  // (lower seq) of the step to arrive.
+  virtual absl::StatusOr<PushResult> Push(const PushArgs& args,
+                                          absl::Time deadline) = 0;
+
+  // Whether Push(args) could block: a BSP end of step whose earlier pushes
+  // have not all landed yet. False is final (the answer only turns false).
+  virtual bool PushMayWait(const PushArgs& args) = 0;
+
+  // Waits (BSP: for min_version; SSP: for every active clock >= clock - s)
+  // until `deadline`, then hands each requested chunk to `sink`.
+  virtual absl::StatusOr<PullResult> Pull(const PullArgs& args,
+                                          absl::Time deadline,
+                                          ChunkSink sink) = 0;
+
+  // Writes a checkpoint of the job now.
+  virtual absl::StatusOr<CheckpointResponse> Checkpoint(
+      absl::string_view job_id) = 0;
+
+  // Writes the checkpoints that are due (every_versions / every_seconds of
+  // each job's CheckpointSpec). The server calls it periodically; returns the
+  // first error.
+  virtual absl::Status CheckpointDue() = 0;
+
+  // Writes a checkpoint of every job (shutdown with --checkpoint_on_exit).
+  virtual absl::Status CheckpointAll() = 0;
+
+  virtual absl::StatusOr<ShardStatus> GetShardStatus(
+      absl::string_view job_id) = 0;
+
+  // Releases every waiting pull and barrier with UNAVAILABLE ("shutting
+  // down") and refuses new waits, so that a server can stop promptly.
+  virtual void Shutdown() = 0;
+
+  // The placement of a job (for adapters that size responses).
+  virtual absl::StatusOr<std::shared_ptr<const Placement>> GetPlacement(
+      absl::string_view job_id) = 0;
+};
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SHARD_STORE_H_

@@ -1,0 +1,537 @@
+// ps_bench: data-plane throughput of the parameter server on loopback, next
+// to the ceilings measured in the same run on the same bytes.
+//
+//   ps_bench --seconds_per_case=1.5 --out=/tmp/ps_bench.md
+//
+// For each dense model size x shards x workers it runs in-process ps_server
+// shards (ShardStore + ParameterService on 127.0.0.1:0) and worker threads
+// with their own ParameterClient doing ASP steps: pull every tensor, push
+// every tensor's gradient, end of step. Reported: push+pull GB/s (payload
+// bytes of both directions) and the median step latency. Ceilings: a plain
+// TCP socket ping-pong, and gRPC echoing raw grpc::ByteBuffer slices (no
+// protobuf) on 1 and 2 connections, both carrying the same bytes in the same
+// piece size as the parameter client. Last: server-side SGD apply GB/s (the
+// optimizer loop, and the whole shard Push path) vs memcpy.
+#include <arpa/inet.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/payload_codec.h"
+#include "common/placement.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "server/optimizer.h"
+#include "server/parameter_client.h"
+#include "server/parameter_service.h"
+#include "server/shard_store.h"
+
+ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M,256M",
+          "Dense model sizes (bytes of fp32 weights; K/M suffixes).");
+ABSL_FLAG(std::string, shards, "1,2", "Numbers of shards.");
+ABSL_FLAG(std::string, workers, "1,2,4", "Numbers of worker threads.");
+ABSL_FLAG(double, seconds_per_case, 1.5,
+          "Measuring time per case (after one warm-up step).");
+ABSL_FLAG(int, min_steps, 3, "At least this many measured steps per worker.");
+ABSL_FLAG(int, connections, 2, "TCP connections per shard (client).");
+ABSL_FLAG(int64_t, max_request_bytes, 4 << 20,
+          "Payload bytes per Push/Pull message.");
+ABSL_FLAG(std::string, out, "", "Also write the markdown report here.");
+
+namespace ps {
+namespace {
+
+using server::ParameterClient;
+using server::ParameterClientOptions;
+using server::Ticket;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string SizeName(int64_t b) {
+  if (b >= (1 << 20)) return absl::StrCat(b >> 20, " MB");
+  return absl::StrCat(b >> 10, " KB");
+}
+
+// --- In-process shards -------------------------------------------------
+
+struct Shard {
+  std::unique_ptr<server::ShardStore> store;
+  std::unique_ptr<server::ParameterServiceAdapter> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+std::vector<std::unique_ptr<Shard>> StartShards(int n) {
+  std::vector<std::unique_ptr<Shard>> shards;
+  for (int i = 0; i < n; ++i) {
+    auto s = std::make_unique<Shard>();
+    s->store = *server::ShardStore::Create({});
+    server::ParameterServiceOptions options;
+    options.wait_threads = 4;
+    s->service =
+        *server::ParameterServiceAdapter::Create(s->store.get(), options);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
+    builder.SetMaxSendMessageSize(kDefaultMaxMessageBytes);
+    builder.RegisterService(s->service->service());
+    s->server = builder.BuildAndStart();
+    s->address = absl::StrCat("127.0.0.1:", port);
+    shards.push_back(std::move(s));
+  }
+  return shards;
+}
+
+void StopShards(std::vector<std::unique_ptr<Shard>>& shards) {
+  for (auto& s : shards) {
+    s->store->Shutdown();
+    s->server->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::seconds(2));
+    s->service->Stop();
+  }
+  shards.clear();
+}
+
+// Up to 4 equal tensors ("layers") of fp32 zeros.
+JobSpec DenseSpec(int64_t bytes, int workers) {
+  JobSpec spec;
+  spec.set_name("bench");
+  spec.set_num_workers(workers);
+  const int64_t elements = bytes / 4;
+  const int tensors = elements >= 4096 ? 4 : 1;
+  for (int t = 0; t < tensors; ++t) {
+    TensorSpec* ts = spec.mutable_model()->add_tensors();
+    ts->set_name(absl::StrCat("layer", t));
+    ts->add_shape(elements / tensors);
+    ts->mutable_init()->set_kind(InitializerSpec::ZEROS);
+  }
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1e-6f);
+  spec.mutable_consistency()->set_model(ConsistencySpec::ASP);
+  spec.mutable_data()->set_max_steps(1);
+  return spec;
+}
+
+struct CaseResult {
+  double gbps = 0;
+  double step_ms = 0;
+  double steps_per_s = 0;
+  std::string error;
+};
+
+CaseResult RunCase(int64_t bytes, int num_shards, int num_workers) {
+  CaseResult result;
+  auto shards = StartShards(num_shards);
+  const JobSpec spec = DenseSpec(bytes, num_workers);
+  for (int s = 0; s < num_shards; ++s) {
+    SetupJobRequest r;
+    r.set_job_id("bench");
+    *r.mutable_spec() = spec;
+    r.set_shard_index(s);
+    r.set_num_shards(num_shards);
+    for (int w = 1; w <= num_workers; ++w) r.add_worker_ids(w);
+    auto st = shards[s]->store->SetupJob(r);
+    if (!st.ok()) {
+      result.error = st.status().ToString();
+      StopShards(shards);
+      return result;
+    }
+  }
+  std::vector<TensorSpec> tensors(spec.model().tensors().begin(),
+                                  spec.model().tensors().end());
+  const Placement placement =
+      *ComputePlacement(tensors, num_shards, kDefaultChunkBytes);
+  const double seconds = absl::GetFlag(FLAGS_seconds_per_case);
+  const int min_steps = absl::GetFlag(FLAGS_min_steps);
+  absl::Mutex mu;
+  std::vector<double> latencies;
+  int64_t total_steps = 0;
+  std::string error;
+  std::atomic<int> ready{0};
+  absl::Notification go;
+  absl::Time start, end;
+  std::vector<std::thread> threads;
+  for (int w = 1; w <= num_workers; ++w) {
+    threads.emplace_back([&, w] {
+      ParameterClientOptions options;
+      for (auto& s : shards) options.server_addresses.push_back(s->address);
+      options.connections_per_shard = absl::GetFlag(FLAGS_connections);
+      options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+      auto client = *ParameterClient::Create(options, "bench", w, placement);
+      std::vector<std::vector<float>> weights, grads;
+      std::vector<absl::Span<float>> spans;
+      for (int64_t n : placement.tensor_elements) {
+        weights.emplace_back(n);
+        grads.emplace_back(n, 1e-3f);
+      }
+      for (auto& v : weights) spans.push_back(absl::MakeSpan(v));
+      auto step = [&](int64_t clock) -> absl::Status {
+        Ticket pull = client->PullAll(clock, 0, spans);
+        PS_RETURN_IF_ERROR(pull.Wait(absl::Seconds(60)));
+        std::vector<Ticket> pushes;
+        // Last layer first, as backward produces them.
+        for (int t = static_cast<int>(grads.size()) - 1; t >= 0; --t) {
+          pushes.push_back(client->PushTensor(t, grads[t], clock));
+        }
+        pushes.push_back(client->EndStep(clock));
+        for (Ticket& p : pushes) PS_RETURN_IF_ERROR(p.Wait(absl::Seconds(60)));
+        return absl::OkStatus();
+      };
+      absl::Status s = step(0);  // warm-up: connections, buffers
+      ready.fetch_add(1);
+      go.WaitForNotification();
+      std::vector<double> mine;
+      const absl::Time local_start = absl::Now();
+      int64_t clock = 1;
+      while (s.ok() && (absl::Now() - local_start < absl::Seconds(seconds) ||
+                        static_cast<int>(mine.size()) < min_steps)) {
+        const absl::Time t0 = absl::Now();
+        s = step(clock++);
+        mine.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+      }
+      absl::MutexLock l(&mu);
+      if (!s.ok() && error.empty()) error = s.ToString();
+      latencies.insert(latencies.end(), mine.begin(), mine.end());
+      total_steps += mine.size();
+    });
+  }
+  while (ready.load() < num_workers) absl::SleepFor(absl::Milliseconds(1));
+  start = absl::Now();
+  go.Notify();
+  for (auto& t : threads) t.join();
+  end = absl::Now();
+  StopShards(shards);
+  result.error = error;
+  const double wall = absl::ToDoubleSeconds(end - start);
+  result.gbps = 2.0 * bytes * total_steps / wall / 1e9;
+  result.step_ms = Median(latencies);
+  result.steps_per_s = total_steps / wall;
+  return result;
+}
+
+// --- Ceiling 1: TCP ping-pong ------------------------------------------
+
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    p += k;
+    n -= k;
+  }
+  return true;
+}
+bool ReadAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    ssize_t k = ::recv(fd, p, n, 0);
+    if (k <= 0) return false;
+    p += k;
+    n -= k;
+  }
+  return true;
+}
+
+// Round trips of `bytes` each way on one loopback connection; returns
+// GB/s counting both directions and round trips per second.
+std::pair<double, double> TcpPingPong(int64_t bytes, double seconds) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::listen(listener, 1);
+  socklen_t len = sizeof(addr);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread echo([&] {
+    int fd = ::accept(listener, nullptr, nullptr);
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::vector<char> buf(bytes);
+    while (ReadAll(fd, buf.data(), bytes) && WriteAll(fd, buf.data(), bytes)) {
+    }
+    ::close(fd);
+  });
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  std::vector<char> out(bytes, 1), in(bytes);
+  int64_t trips = 0;
+  WriteAll(fd, out.data(), bytes);
+  ReadAll(fd, in.data(), bytes);
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(seconds) || trips < 3) {
+    if (!WriteAll(fd, out.data(), bytes) || !ReadAll(fd, in.data(), bytes))
+      break;
+    ++trips;
+  }
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
+  echo.join();
+  ::close(listener);
+  return {2.0 * bytes * trips / wall / 1e9, trips / wall};
+}
+
+// --- Ceiling 2: gRPC echoing raw ByteBuffer slices ----------------------
+
+class EchoService final : public grpc::CallbackGenericService {
+ public:
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext*) override {
+    class Reactor final : public grpc::ServerGenericBidiReactor {
+     public:
+      Reactor() { StartRead(&buffer_); }
+      void OnReadDone(bool ok) override {
+        if (!ok) {
+          Finish(grpc::Status::OK);
+          return;
+        }
+        StartWrite(&buffer_);  // echo the slices back, no copy
+      }
+      void OnWriteDone(bool) override { Finish(grpc::Status::OK); }
+      void OnDone() override { delete this; }
+
+     private:
+      grpc::ByteBuffer buffer_;
+    };
+    return new Reactor();
+  }
+};
+
+// Moves `bytes` out and back per step, in pieces of `piece` bytes all in
+// flight at once over `connections` channels.
+std::pair<double, double> GrpcRawCeiling(int64_t bytes, int connections,
+                                         int64_t piece, double seconds) {
+  EchoService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kDefaultMaxMessageBytes);
+  builder.RegisterCallbackGenericService(&service);
+  auto server = builder.BuildAndStart();
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
+  for (int c = 0; c < connections; ++c) {
+    ChannelOptions o;
+    o.connection_id = c + 1;
+    stubs.push_back(std::make_unique<grpc::GenericStub>(
+        *MakeChannel(absl::StrCat("127.0.0.1:", port), o)));
+  }
+  std::vector<char> data(bytes, 7);
+  std::vector<grpc::ByteBuffer> requests;
+  for (int64_t off = 0; off < bytes; off += piece) {
+    grpc::Slice s = BorrowSlice(absl::string_view(
+        data.data() + off, std::min<int64_t>(piece, bytes - off)));
+    requests.emplace_back(&s, 1);
+  }
+  auto step = [&] {
+    absl::Mutex mu;
+    int pending = requests.size();
+    std::vector<grpc::ByteBuffer> responses(requests.size());
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      contexts.push_back(std::make_unique<grpc::ClientContext>());
+      PrepareContext(contexts.back().get(), absl::Seconds(60), "");
+      stubs[i % stubs.size()]->UnaryCall(
+          contexts.back().get(), "/bench.Echo/Echo", grpc::StubOptions(),
+          &requests[i], &responses[i], [&](grpc::Status) {
+            absl::MutexLock l(&mu);
+            --pending;
+          });
+    }
+    absl::MutexLock l(&mu);
+    mu.Await(absl::Condition(
+        +[](int* p) { return *p == 0; }, &pending));
+  };
+  step();
+  int64_t steps = 0;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(seconds) || steps < 3) {
+    step();
+    ++steps;
+  }
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return {2.0 * bytes * steps / wall / 1e9, steps / wall};
+}
+
+// --- Server-side apply vs memcpy -----------------------------------------
+
+struct ApplyResult {
+  double memcpy_gbps, sgd_gbps, push_gbps;
+};
+
+ApplyResult ApplyBandwidth(int64_t bytes, double seconds) {
+  const int64_t n = bytes / 4;
+  std::vector<float> w(n, 1.0f), g(n, 1e-3f), dst(n);
+  auto time_it = [&](auto&& fn) {
+    fn();
+    int64_t reps = 0;
+    const absl::Time start = absl::Now();
+    while (absl::Now() - start < absl::Seconds(seconds) || reps < 3) {
+      fn();
+      ++reps;
+    }
+    return bytes * reps / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
+  };
+  ApplyResult r;
+  r.memcpy_gbps = time_it([&] { std::memcpy(dst.data(), g.data(), bytes); });
+  OptimizerSpec sgd;
+  sgd.set_kind(OptimizerSpec::SGD);
+  sgd.set_learning_rate(1e-6f);
+  auto opt = *server::Optimizer::Create(sgd);
+  server::OptimizerSlots slots;
+  r.sgd_gbps =
+      time_it([&] { opt->Apply(1e-6f, 1.0f, g, absl::MakeSpan(w), &slots); });
+  // The whole shard Push path (validation, NaN check, apply) without gRPC.
+  auto store = *server::ShardStore::Create({});
+  JobSpec spec = DenseSpec(bytes, 1);
+  SetupJobRequest req;
+  req.set_job_id("apply");
+  *req.mutable_spec() = spec;
+  req.set_num_shards(1);
+  req.add_worker_ids(1);
+  (void)store->SetupJob(req);
+  auto placement = *store->GetPlacement("apply");
+  server::PushArgs args;
+  args.job_id = "apply";
+  args.worker_id = 1;
+  for (const Chunk& c : placement->chunks) {
+    server::PushChunk pc;
+    pc.chunk_id = c.chunk_id;
+    pc.num_elements = c.num_elements;
+    pc.data = absl::string_view(reinterpret_cast<const char*>(g.data()),
+                                c.num_elements * 4);
+    args.chunks.push_back(pc);
+  }
+  uint64_t seq = 0;
+  r.push_gbps = time_it([&] {
+    args.seq = ++seq;
+    (void)store->Push(args, absl::InfiniteFuture());
+  });
+  return r;
+}
+
+std::vector<int64_t> ParseSizes(const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int64_t mult = 1;
+    if (absl::EndsWith(part, "K")) mult = 1 << 10;
+    if (absl::EndsWith(part, "M")) mult = 1 << 20;
+    if (mult != 1) part.remove_suffix(1);
+    int64_t v = 0;
+    if (absl::SimpleAtoi(part, &v)) out.push_back(v * mult);
+  }
+  return out;
+}
+
+std::vector<int> ParseInts(const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (absl::SimpleAtoi(part, &v)) out.push_back(v);
+  }
+  return out;
+}
+
+int Main() {
+  const double seconds = absl::GetFlag(FLAGS_seconds_per_case);
+  const int64_t piece = absl::GetFlag(FLAGS_max_request_bytes);
+  const int connections = absl::GetFlag(FLAGS_connections);
+  std::string report;
+  auto emit = [&](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    report += line + "\n";
+  };
+  const std::vector<int64_t> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
+  emit("## Ceilings (same bytes, both directions counted)\n");
+  emit(
+      "| model | TCP ping-pong GB/s | TCP round trips/s | gRPC raw 1 conn GB/s "
+      "| gRPC raw 2 conn GB/s | gRPC raw calls/s (1 conn) |");
+  emit("|---|---|---|---|---|---|");
+  std::vector<std::pair<double, double>> raw1(sizes.size()), raw2(sizes.size()),
+      tcp(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    tcp[i] = TcpPingPong(std::min<int64_t>(sizes[i], 64 << 20), seconds);
+    raw1[i] = GrpcRawCeiling(sizes[i], 1, piece, seconds);
+    raw2[i] = GrpcRawCeiling(sizes[i], 2, piece, seconds);
+    emit(absl::StrFormat("| %s | %.2f | %.0f | %.2f | %.2f | %.0f |",
+                         SizeName(sizes[i]), tcp[i].first, tcp[i].second,
+                         raw1[i].first, raw2[i].first, raw1[i].second));
+  }
+  emit("\n## ps push+pull (ASP, in-process shards, " +
+       absl::StrCat(connections, " connections per shard, ", piece >> 20,
+                    " MB messages)\n"));
+  emit(
+      "| model | shards | workers | push+pull GB/s | median step ms | steps/s "
+      "| vs raw gRPC (same conns) | vs TCP |");
+  emit("|---|---|---|---|---|---|---|---|");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    for (int shards : ParseInts(absl::GetFlag(FLAGS_shards))) {
+      for (int workers : ParseInts(absl::GetFlag(FLAGS_workers))) {
+        CaseResult r = RunCase(sizes[i], shards, workers);
+        const double raw = connections >= 2 ? raw2[i].first : raw1[i].first;
+        emit(absl::StrFormat(
+            "| %s | %d | %d | %.2f | %.2f | %.0f | %.2fx | %.2fx |%s",
+            SizeName(sizes[i]), shards, workers, r.gbps, r.step_ms,
+            r.steps_per_s, r.gbps / raw, r.gbps / tcp[i].first,
+            r.error.empty() ? "" : " error: " + r.error));
+      }
+    }
+  }
+  emit("\n## Server-side apply (64 MB of fp32)\n");
+  const ApplyResult a = ApplyBandwidth(64 << 20, seconds);
+  emit(
+      "| memcpy GB/s | SGD apply GB/s | shard Push path GB/s | SGD / memcpy |");
+  emit("|---|---|---|---|");
+  emit(absl::StrFormat("| %.2f | %.2f | %.2f | %.2f |", a.memcpy_gbps,
+                       a.sgd_gbps, a.push_gbps, a.sgd_gbps / a.memcpy_gbps));
+  if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
+    std::ofstream(out) << report;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ps_bench: parameter-server push/pull throughput vs TCP and raw gRPC "
+      "ceilings, and server-side apply vs memcpy, on loopback.");
+  absl::ParseCommandLine(argc, argv);
+  return ps::Main();
+}

@@ -1,0 +1,172 @@
+// PS overhead benchmark (issue 5): one worker's training throughput through a
+// real parameter server (1 shard, gRPC on loopback, in this process) against
+// the same worker loop with no pull/push, at batch 128 and 512, in one run.
+//
+//   bazel run -c opt //tools:train_bench -- --steps=400
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/config.h"
+#include "kernels/cpu_backend.h"
+#include "server/parameter_service.h"
+#include "server/shard_store.h"
+#include "worker/dataset.h"
+#include "worker/ps_access.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(int, steps, 400, "Training steps per measurement.");
+ABSL_FLAG(int, threads, 1, "OpenBLAS threads of the worker.");
+ABSL_FLAG(std::string, batches, "128,512", "Batch sizes to measure.");
+
+namespace ps {
+namespace {
+
+// The worker loop with nothing behind it: pulls leave the weights as they
+// are, pushes go nowhere.
+class NoParams : public worker::ParameterAccess {
+ public:
+  absl::StatusOr<int64_t> Pull(int64_t, std::vector<absl::Span<float>>) override {
+    return 0;
+  }
+  absl::Status Push(int64_t, int64_t, int, absl::Span<const float>) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> Finish(int64_t) override { return 0; }
+};
+
+JobSpec Spec(int batch, int steps) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      absl::StrCat(R"pb(
+        model { mlp { input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 } }
+        optimizer { kind: MOMENTUM learning_rate: 0.05 momentum: 0.9 }
+        consistency { model: BSP }
+        num_workers: 1 seed: 1
+        data { max_steps: )pb",
+                   steps, " batch_size: ", batch, " eval_every_steps: 1000000 }"),
+      "bench");
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
+    std::exit(1);
+  }
+  return *spec;
+}
+
+double Run(const JobSpec& spec, worker::ParameterAccess* params,
+           std::shared_ptr<const worker::Dataset> train,
+           kernels::Backend* backend, const std::string& job_id,
+           std::vector<std::string> servers) {
+  WorkerAssignment a;
+  a.set_command(WorkerAssignment::TRAIN);
+  a.set_job_id(job_id);
+  *a.mutable_spec() = spec;
+  a.set_num_workers(1);
+  a.add_data_shards(0);
+  a.set_num_data_shards(1);
+  for (auto& s : servers) a.add_server_addresses(s);
+  const absl::Time start = absl::Now();
+  std::map<std::string, std::pair<double, int>> split;
+  absl::StatusOr<worker::TrainResult> r = worker::Train(
+      a, train, nullptr, backend, params,
+      [&](std::vector<MetricPoint> points, bool) {
+        for (const MetricPoint& p : points) {
+          auto& [sum, n] = split[p.name()];
+          sum += p.value();
+          ++n;
+        }
+      },
+      nullptr);
+  const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!r.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(r.status().message()).c_str());
+    std::exit(1);
+  }
+  auto mean = [&](const char* name) {
+    auto& [sum, n] = split[name];
+    return n > 0 ? sum / n : 0.0;
+  };
+  std::printf("  %-8s batch %4d: step %.2f ms = wait %.2f + pull %.2f + compute %.2f + push %.2f\n",
+              job_id.c_str(), spec.data().batch_size(), mean("step_time_ms"),
+              mean("wait_ms"), mean("pull_ms"), mean("compute_ms"), mean("push_ms"));
+  return r->steps * spec.data().batch_size() / secs;
+}
+
+int Main() {
+  auto train = worker::LoadFashionMnist(worker::kDefaultFashionMnistDir,
+                                        worker::Split::kTrain);
+  if (!train.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(train.status().message()).c_str());
+    return 1;
+  }
+  std::shared_ptr<const worker::Dataset> data(std::move(*train));
+  auto backend = kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
+  if (!backend.ok()) return 1;
+
+  auto store = server::ShardStore::Create({});
+  auto adapter = server::ParameterServiceAdapter::Create(store->get(), {});
+  if (!store.ok() || !adapter.ok()) return 1;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
+  builder.RegisterService((*adapter)->service());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+
+  std::printf("MLP 784-256-128-10 on the CPU (%d BLAS thread), %d steps each\n",
+              absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_steps));
+  std::printf("%6s %16s %16s %7s\n", "batch", "compute ex/s", "with PS ex/s", "ratio");
+  int job = 0;
+  for (absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
+    const int batch = std::stoi(std::string(b));
+    const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps));
+    NoParams none;
+    Run(spec, &none, data, backend->get(), "warmup", {});
+    const double compute = Run(spec, &none, data, backend->get(), "none", {});
+
+    const std::string job_id = absl::StrCat("bench-", ++job);
+    SetupJobRequest setup;
+    setup.set_job_id(job_id);
+    *setup.mutable_spec() = spec;
+    setup.set_shard_index(0);
+    setup.set_num_shards(1);
+    setup.add_worker_ids(1);
+    if (auto s = (*store)->SetupJob(setup); !s.ok()) {
+      std::fprintf(stderr, "setup: %s\n", std::string(s.status().message()).c_str());
+      return 1;
+    }
+    WorkerAssignment a;
+    a.set_job_id(job_id);
+    *a.mutable_spec() = spec;
+    a.add_server_addresses(address);
+    worker::PsAccessOptions ao;
+    ao.member_id = 1;
+    auto access = worker::CreatePsAccess(a, ao);
+    if (!access.ok()) return 1;
+    const double with_ps =
+        Run(spec, access->get(), data, backend->get(), job_id, {address});
+    std::printf("%6d %16.0f %16.0f %7.2f\n", batch, compute, with_ps,
+                with_ps / compute);
+    std::fflush(stdout);
+  }
+  server->Shutdown();
+  (*adapter)->Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return ps::Main();
+}

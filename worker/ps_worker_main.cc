@@ -1,0 +1,278 @@
+// ps_worker: registers with the coordinator, waits for an assignment, and
+// trains its part of the job on its device (a CUDA GPU or the CPU).
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/cuda_backend.h"
+#include "worker/coordinator_link.h"
+#include "worker/dataset.h"
+#include "worker/ps_access.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, coordinator, "",
+          "Coordinator address host:port (required).");
+ABSL_FLAG(std::string, device, "",
+          "Compute device: cpu, cuda or cuda:N. Default: the first GPU if one "
+          "works, else the CPU (the choice is logged).");
+ABSL_FLAG(std::string, data_root, "",
+          "Directory with the dataset's IDX .gz files on this host; overrides "
+          "the job's data.path (default: use data.path).");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the cluster token (default: $PS_TOKEN; empty = no "
+          "token). Never pass the token itself on the command line.");
+ABSL_FLAG(int, cpu_threads, 1, "BLAS threads for the CPU backend.");
+ABSL_FLAG(bool, allow_tf32, false, "Let cuBLAS use TF32 for fp32 GEMM.");
+ABSL_FLAG(int, heartbeat_interval_ms, 500, "Heartbeat period.");
+ABSL_FLAG(int, server_retry_s, 60,
+          "How long to retry an unresponsive parameter server before "
+          "reporting the failure to the coordinator.");
+ABSL_FLAG(int, report_every_steps, 20, "Metric report period in steps.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate (with --tls_key) presented to the coordinator "
+          "and the parameter servers (mutual TLS).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle: enables TLS to the coordinator and the servers and "
+          "verifies their certificates against it.");
+
+namespace ps::worker {
+namespace {
+
+std::atomic<bool> g_terminate{false};
+
+void OnSignal(int) { g_terminate = true; }
+
+struct Device {
+  std::string name;
+  std::unique_ptr<kernels::Backend> backend;
+};
+
+absl::StatusOr<Device> OpenDevice(const std::string& flag, int cpu_threads,
+                                  bool allow_tf32) {
+  Device d;
+  if (flag == "cpu") {
+    PS_ASSIGN_OR_RETURN(d.backend, kernels::CreateCpuBackend({.num_threads = cpu_threads}));
+    d.name = "cpu";
+    return d;
+  }
+  int ordinal = 0;
+  if (flag.starts_with("cuda:") && !absl::SimpleAtoi(flag.substr(5), &ordinal)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: expected cpu, cuda or cuda:N, got '", flag, "'"));
+  }
+  if (!flag.empty() && flag != "cuda" && !flag.starts_with("cuda:")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: expected cpu, cuda or cuda:N, got '", flag, "'"));
+  }
+  kernels::CudaBackendOptions co;
+  co.device = ordinal;
+  co.allow_tf32 = allow_tf32;
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> cuda =
+      kernels::CreateCudaBackend(co);
+  if (cuda.ok()) {
+    d.backend = std::move(*cuda);
+    d.name = absl::StrCat("cuda:", ordinal);
+    return d;
+  }
+  if (!flag.empty()) return Annotate(cuda.status(), absl::StrCat("--device=", flag));
+  std::fprintf(stderr, "worker: no usable GPU (%s); using the CPU\n",
+               std::string(cuda.status().message()).c_str());
+  PS_ASSIGN_OR_RETURN(d.backend, kernels::CreateCpuBackend({.num_threads = cpu_threads}));
+  d.name = "cpu";
+  return d;
+}
+
+// Datasets stay loaded between jobs (about 190 MB for Fashion-MNIST).
+class DataCache {
+ public:
+  absl::Status Get(const std::string& dir, bool normalize,
+                   std::shared_ptr<const Dataset>* train,
+                   std::shared_ptr<const Dataset>* test) {
+    const std::string key = absl::StrCat(dir, normalize ? "|n" : "|r");
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      DatasetOptions o;
+      o.normalize = normalize;
+      PS_ASSIGN_OR_RETURN(auto tr, LoadFashionMnist(dir, Split::kTrain, o));
+      std::shared_ptr<const Dataset> tr_shared(std::move(tr));
+      o.stats = tr_shared->stats;
+      PS_ASSIGN_OR_RETURN(auto te, LoadFashionMnist(dir, Split::kTest, o));
+      it = cache_.emplace(key, std::make_pair(tr_shared,
+                                              std::shared_ptr<const Dataset>(std::move(te))))
+               .first;
+    }
+    *train = it->second.first;
+    *test = it->second.second;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::map<std::string, std::pair<std::shared_ptr<const Dataset>,
+                                  std::shared_ptr<const Dataset>>>
+      cache_;
+};
+
+int Run() {
+  absl::StatusOr<std::string> token = ReadClusterToken(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) {
+    std::fprintf(stderr, "worker: %s\n", std::string(token.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<Device> device =
+      OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_cpu_threads),
+                 absl::GetFlag(FLAGS_allow_tf32));
+  if (!device.ok()) {
+    std::fprintf(stderr, "worker: %s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "worker: device %s (%s)\n", device->name.c_str(),
+               device->backend->Name().c_str());
+
+  TlsOptions tls;
+  tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+
+  CoordinatorLinkOptions lo;
+  lo.address = absl::GetFlag(FLAGS_coordinator);
+  lo.tls = tls;
+  lo.token = *token;
+  lo.device = device->name;
+  lo.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  absl::StatusOr<std::unique_ptr<CoordinatorLink>> link = CreateCoordinatorLink(lo);
+  if (!link.ok()) {
+    std::fprintf(stderr, "worker: %s\n", std::string(link.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = (*link)->Start(absl::Now() + absl::Minutes(5)); !s.ok()) {
+    std::fprintf(stderr, "worker: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+
+  DataCache data;
+  WorkerAssignment current;
+  std::string finished_job;
+  while (!g_terminate) {
+    current = (*link)->WaitForChange(current, absl::Milliseconds(500));
+    if (current.command() != WorkerAssignment::TRAIN ||
+        current.job_id() == finished_job) {
+      continue;
+    }
+    const WorkerAssignment job = current;
+    std::fprintf(stderr, "worker: job %s rank %d/%d, %d servers%s\n",
+                 job.job_id().c_str(), job.rank(), job.num_workers(),
+                 job.server_addresses_size(), job.evaluator() ? ", evaluator" : "");
+    (*link)->SetProgress(job.job_id(), job.start_step());
+
+    // Watches the assignment while training: a STOP, another job or a
+    // terminate request stops the loop within one step; new data shards are
+    // picked up at the next epoch.
+    std::atomic<bool> stop{false};
+    absl::Mutex shards_mu;
+    std::vector<int> shards(job.data_shards().begin(), job.data_shards().end());
+    std::atomic<bool> training{true};
+    std::thread watcher([&] {
+      WorkerAssignment seen = job;
+      while (training) {
+        seen = (*link)->WaitForChange(seen, absl::Milliseconds(200));
+        if (g_terminate || seen.command() != WorkerAssignment::TRAIN ||
+            seen.job_id() != job.job_id()) {
+          stop = true;
+        } else {
+          absl::MutexLock l(&shards_mu);
+          shards.assign(seen.data_shards().begin(), seen.data_shards().end());
+        }
+      }
+    });
+
+    absl::Status status;
+    std::shared_ptr<const Dataset> train, test;
+    const std::string dir = absl::GetFlag(FLAGS_data_root).empty()
+                                ? job.spec().data().path()
+                                : absl::GetFlag(FLAGS_data_root);
+    status = data.Get(dir, !job.spec().data().no_normalize(), &train, &test);
+    std::unique_ptr<ParameterAccess> access;
+    if (status.ok()) {
+      PsAccessOptions ao;
+      ao.token = *token;
+      ao.tls = tls;
+      ao.member_id = (*link)->member_id();
+      ao.retry_deadline = absl::Seconds(absl::GetFlag(FLAGS_server_retry_s));
+      ao.stop = &stop;
+      absl::StatusOr<std::unique_ptr<ParameterAccess>> a = CreatePsAccess(job, ao);
+      status = a.status();
+      if (a.ok()) access = std::move(*a);
+    }
+    if (status.ok()) {
+      TrainerOptions to;
+      to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
+      CoordinatorLink* l = link->get();
+      to.on_step = [&, l](int64_t clock) { l->SetProgress(job.job_id(), clock); };
+      absl::StatusOr<TrainResult> r = Train(
+          job, train, test, device->backend.get(), access.get(),
+          [&, l](std::vector<MetricPoint> points, bool done) {
+            if (absl::Status s = l->ReportMetrics(job.job_id(), std::move(points), done);
+                !s.ok()) {
+              std::fprintf(stderr, "worker: metrics not delivered: %s\n",
+                           std::string(s.message()).c_str());
+            }
+          },
+          &stop, to, [&] {
+            absl::MutexLock l(&shards_mu);
+            return shards;
+          });
+      status = r.status();
+      if (r.ok()) {
+        std::fprintf(stderr, "worker: job %s done: %lld steps, last loss %.4f\n",
+                     job.job_id().c_str(), static_cast<long long>(r->steps),
+                     r->last_loss);
+      }
+    }
+    training = false;
+    watcher.join();
+    finished_job = job.job_id();
+    if (absl::IsCancelled(status)) {
+      std::fprintf(stderr, "worker: job %s stopped: %s\n", job.job_id().c_str(),
+                   std::string(status.message()).c_str());
+    } else if (!status.ok()) {
+      std::fprintf(stderr, "worker: job %s failed: %s\n", job.job_id().c_str(),
+                   std::string(status.message()).c_str());
+      (void)(*link)->ReportFailure(job.job_id(), std::string(status.message()), "");
+    }
+    (*link)->SetProgress("", 0);
+  }
+  std::fprintf(stderr, "worker: terminating\n");
+  (*link)->Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps::worker
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ps_worker --coordinator=HOST:PORT [--device=cpu|cuda|cuda:N] "
+      "[--token_file=FILE]\n"
+      "Registers with the coordinator and trains the jobs it is assigned on "
+      "one device. Stops cleanly on SIGTERM/SIGINT (within one step).");
+  absl::ParseCommandLine(argc, argv);
+  signal(SIGTERM, ps::worker::OnSignal);
+  signal(SIGINT, ps::worker::OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  return ps::worker::Run();
+}
