@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-tools/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+tools/setup.sh --slurm || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 flags=()
 if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then

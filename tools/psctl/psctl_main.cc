@@ -24,6 +24,7 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
+#include "tools/psctl/deploy.h"
 #include "tools/psctl/local_cluster.h"
 #include "tools/psctl/report.h"
 
@@ -326,8 +327,12 @@ int Main(int argc, char** argv) {
   compare->add_option("--out", out_prefix, "Plot file prefix")
       ->capture_default_str();
 
+  AddDeployCommands(app);  // slurm submit, k8s render (tools/psctl/deploy.h)
+
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {  // the deploy commands end here
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
