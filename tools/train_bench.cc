@@ -3,13 +3,13 @@
 // the same worker loop with no pull/push, at batch 128 and 512, in one run.
 //
 //   bazel run -c opt //tools:train_bench -- --steps=400
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -35,7 +35,8 @@ namespace {
 // are, pushes go nowhere.
 class NoParams : public worker::ParameterAccess {
  public:
-  absl::StatusOr<int64_t> Pull(int64_t, std::vector<absl::Span<float>>) override {
+  absl::StatusOr<int64_t> Pull(int64_t,
+                               std::vector<absl::Span<float>>) override {
     return 0;
   }
   absl::Status Push(int64_t, int64_t, int, absl::Span<const float>) override {
@@ -46,13 +47,17 @@ class NoParams : public worker::ParameterAccess {
 
 JobSpec Spec(int batch, int steps) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(
-      absl::StrCat(R"pb(
-        model { mlp { input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 } }
-        optimizer { kind: MOMENTUM learning_rate: 0.05 momentum: 0.9 }
-        consistency { model: BSP }
-        num_workers: 1 seed: 1
-        data { max_steps: )pb",
-                   steps, " batch_size: ", batch, " eval_every_steps: 1000000 }"),
+      absl::StrCat(
+          R"pb(
+            model {
+              mlp { input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 }
+            }
+            optimizer { kind: MOMENTUM learning_rate: 0.05 momentum: 0.9 }
+            consistency { model: BSP }
+            num_workers: 1
+            seed: 1
+            data { max_steps:)pb",
+          steps, " batch_size: ", batch, " eval_every_steps: 1000000 }"),
       "bench");
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
@@ -87,16 +92,19 @@ double Run(const JobSpec& spec, worker::ParameterAccess* params,
       nullptr);
   const double secs = absl::ToDoubleSeconds(absl::Now() - start);
   if (!r.ok()) {
-    std::fprintf(stderr, "train: %s\n", std::string(r.status().message()).c_str());
+    std::fprintf(stderr, "train: %s\n",
+                 std::string(r.status().message()).c_str());
     std::exit(1);
   }
   auto mean = [&](const char* name) {
     auto& [sum, n] = split[name];
     return n > 0 ? sum / n : 0.0;
   };
-  std::printf("  %-8s batch %4d: step %.2f ms = wait %.2f + pull %.2f + compute %.2f + push %.2f\n",
-              job_id.c_str(), spec.data().batch_size(), mean("step_time_ms"),
-              mean("wait_ms"), mean("pull_ms"), mean("compute_ms"), mean("push_ms"));
+  std::printf(
+      "  %-8s batch %4d: step %.2f ms = wait %.2f + pull %.2f + compute %.2f + "
+      "push %.2f\n",
+      job_id.c_str(), spec.data().batch_size(), mean("step_time_ms"),
+      mean("wait_ms"), mean("pull_ms"), mean("compute_ms"), mean("push_ms"));
   return r->steps * spec.data().batch_size() / secs;
 }
 
@@ -108,7 +116,8 @@ int Main() {
     return 1;
   }
   std::shared_ptr<const worker::Dataset> data(std::move(*train));
-  auto backend = kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
+  auto backend =
+      kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
   if (!backend.ok()) return 1;
 
   auto store = server::ShardStore::Create({});
@@ -116,7 +125,8 @@ int Main() {
   if (!store.ok() || !adapter.ok()) return 1;
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
   builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
   builder.RegisterService((*adapter)->service());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -124,9 +134,11 @@ int Main() {
 
   std::printf("MLP 784-256-128-10 on the CPU (%d BLAS thread), %d steps each\n",
               absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_steps));
-  std::printf("%6s %16s %16s %7s\n", "batch", "compute ex/s", "with PS ex/s", "ratio");
+  std::printf("%6s %16s %16s %7s\n", "batch", "compute ex/s", "with PS ex/s",
+              "ratio");
   int job = 0;
-  for (absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
+  for (absl::string_view b :
+       absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     const int batch = std::stoi(std::string(b));
     const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps));
     NoParams none;
@@ -141,7 +153,8 @@ int Main() {
     setup.set_num_shards(1);
     setup.add_worker_ids(1);
     if (auto s = (*store)->SetupJob(setup); !s.ok()) {
-      std::fprintf(stderr, "setup: %s\n", std::string(s.status().message()).c_str());
+      std::fprintf(stderr, "setup: %s\n",
+                   std::string(s.status().message()).c_str());
       return 1;
     }
     WorkerAssignment a;

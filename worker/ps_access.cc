@@ -17,10 +17,12 @@ class PsAccess final : public ParameterAccess {
  public:
   PsAccess(std::unique_ptr<server::ParameterClient> client,
            ConsistencySpec::Model model, PsAccessOptions options)
-      : client_(std::move(client)), model_(model), options_(std::move(options)) {}
+      : client_(std::move(client)),
+        model_(model),
+        options_(std::move(options)) {}
 
-  absl::StatusOr<int64_t> Pull(int64_t clock,
-                               std::vector<absl::Span<float>> tensors) override {
+  absl::StatusOr<int64_t> Pull(
+      int64_t clock, std::vector<absl::Span<float>> tensors) override {
     const int64_t min_version = model_ == ConsistencySpec::BSP ? clock : 0;
     server::Ticket t = client_->PullAll(clock, min_version, std::move(tensors));
     PS_RETURN_IF_ERROR(Await(t, absl::StrCat("pull at clock ", clock)));
@@ -64,9 +66,9 @@ class PsAccess final : public ParameterAccess {
         return absl::CancelledError(absl::StrCat(what, ": stopped"));
       }
       if (absl::Now() > deadline) {
-        return absl::UnavailableError(absl::StrCat(
-            what, ": no answer from the parameter servers within ",
-            absl::FormatDuration(options_.retry_deadline)));
+        return absl::UnavailableError(
+            absl::StrCat(what, ": no answer from the parameter servers within ",
+                         absl::FormatDuration(options_.retry_deadline)));
       }
     }
   }
@@ -86,11 +88,13 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
     return absl::FailedPreconditionError(
         absl::StrCat("job ", a.job_id(), " has no parameter servers"));
   }
-  PS_ASSIGN_OR_RETURN(std::vector<TensorSpec> tensors, ExpandModel(a.spec().model()));
-  const int64_t chunk = a.spec().chunk_bytes() > 0 ? a.spec().chunk_bytes()
-                                                   : kDefaultChunkBytes;
-  PS_ASSIGN_OR_RETURN(Placement placement,
-                      ComputePlacement(tensors, a.server_addresses_size(), chunk));
+  PS_ASSIGN_OR_RETURN(std::vector<TensorSpec> tensors,
+                      ExpandModel(a.spec().model()));
+  const int64_t chunk =
+      a.spec().chunk_bytes() > 0 ? a.spec().chunk_bytes() : kDefaultChunkBytes;
+  PS_ASSIGN_OR_RETURN(
+      Placement placement,
+      ComputePlacement(tensors, a.server_addresses_size(), chunk));
   server::ParameterClientOptions co;
   co.server_addresses.assign(a.server_addresses().begin(),
                              a.server_addresses().end());
@@ -102,8 +106,9 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
   co.retry.max_attempts = std::numeric_limits<int>::max();
   co.retry.max_backoff = absl::Seconds(1);
   co.retry.total_deadline = options.retry_deadline;
-  PS_ASSIGN_OR_RETURN(auto client, server::ParameterClient::Create(
-                                       co, a.job_id(), options.member_id, placement));
+  PS_ASSIGN_OR_RETURN(auto client,
+                      server::ParameterClient::Create(
+                          co, a.job_id(), options.member_id, placement));
   return std::unique_ptr<ParameterAccess>(
       new PsAccess(std::move(client), a.spec().consistency().model(), options));
 }

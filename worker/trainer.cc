@@ -35,8 +35,8 @@ int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,
 int64_t TotalSteps(const JobSpec& spec, int64_t train_examples,
                    int num_data_shards) {
   if (spec.data().max_steps() > 0) return spec.data().max_steps();
-  return spec.data().epochs() *
-         StepsPerEpoch(train_examples, num_data_shards, spec.data().batch_size());
+  return spec.data().epochs() * StepsPerEpoch(train_examples, num_data_shards,
+                                              spec.data().batch_size());
 }
 
 absl::StatusOr<TrainResult> Train(
@@ -131,10 +131,10 @@ absl::StatusOr<TrainResult> Train(
   TrainResult result;
   auto evaluate = [&](int64_t step) -> absl::Status {
     if (!a.evaluator() || test == nullptr) return absl::OkStatus();
-    const int64_t n = spec.data().eval_examples() > 0
-                          ? std::min<int64_t>(spec.data().eval_examples(),
-                                              test->num_examples)
-                          : test->num_examples;
+    const int64_t n =
+        spec.data().eval_examples() > 0
+            ? std::min<int64_t>(spec.data().eval_examples(), test->num_examples)
+            : test->num_examples;
     constexpr int64_t kEvalBatch = 1000;
     double loss_sum = 0;
     int64_t correct = 0;
@@ -181,7 +181,8 @@ absl::StatusOr<TrainResult> Train(
       }
     }
     const absl::Time t1 = absl::Now();
-    PS_ASSIGN_OR_RETURN(const int64_t version, params->Pull(clock, weight_spans));
+    PS_ASSIGN_OR_RETURN(const int64_t version,
+                        params->Pull(clock, weight_spans));
     if (bsp && version > clock) {
       // The job moved on without this worker (a backup worker whose
       // gradients were late, or a worker that rejoined): continue at the
@@ -205,22 +206,25 @@ absl::StatusOr<TrainResult> Train(
     // Each layer's gradient is pushed as soon as backward produces it (the
     // output layer first), so sending overlaps the rest of backward.
     absl::Status push_status;
-    const bool slowed = compute_factor > 1 || extra_delay > absl::ZeroDuration();
+    const bool slowed =
+        compute_factor > 1 || extra_delay > absl::ZeroDuration();
     auto push = [&](int i) {
       if (!push_status.ok()) return;
       if (direct) {
         kernels::DeviceSpan<const float> g = mlp->gradient(i);
-        push_status = params->Push(clock, version, i, absl::MakeConstSpan(g.data, g.size));
+        push_status = params->Push(clock, version, i,
+                                   absl::MakeConstSpan(g.data, g.size));
         return;
       }
       push_status = mlp->GetGradient(i, absl::MakeSpan(grads[i]));
-      if (push_status.ok()) push_status = params->Push(clock, version, i, grads[i]);
+      if (push_status.ok())
+        push_status = params->Push(clock, version, i, grads[i]);
     };
     std::vector<int> held;  // a slowed worker sends after its delay
-    PS_ASSIGN_OR_RETURN(
-        const float loss,
-        mlp->TrainStep(b->images(), b->labels(),
-                       [&](int i) { slowed ? held.push_back(i) : push(i); }));
+    PS_ASSIGN_OR_RETURN(const float loss,
+                        mlp->TrainStep(b->images(), b->labels(), [&](int i) {
+                          slowed ? held.push_back(i) : push(i);
+                        }));
     const absl::Time t3 = absl::Now();
     if (slowed) {
       absl::SleepFor((t3 - t2) * (compute_factor - 1) + extra_delay);
@@ -240,7 +244,8 @@ absl::StatusOr<TrainResult> Train(
     window.push += Ms(t4 - t3b);
     window.staleness += static_cast<double>(staleness);
     result.last_loss = loss;
-    if (window.steps >= options.report_every_steps || clock + 1 >= total_steps) {
+    if (window.steps >= options.report_every_steps ||
+        clock + 1 >= total_steps) {
       const double n = static_cast<double>(window.steps);
       const double secs = absl::ToDoubleSeconds(absl::Now() - window.start);
       const int64_t step = clock + 1;
@@ -263,7 +268,8 @@ absl::StatusOr<TrainResult> Train(
   result.final_clock = clock;
   // Final evaluation on the final weights.
   if (a.evaluator()) {
-    PS_ASSIGN_OR_RETURN(const int64_t version, params->Pull(clock, weight_spans));
+    PS_ASSIGN_OR_RETURN(const int64_t version,
+                        params->Pull(clock, weight_spans));
     (void)version;
     for (int i = 0; i < mlp->num_parameters() && !direct; ++i) {
       PS_RETURN_IF_ERROR(mlp->SetParameter(i, weights[i]));

@@ -31,8 +31,8 @@ class ParameterAccess {
   // the weights a worker at `clock` may compute on, waiting as the job's
   // consistency model says. Returns the weights' version (the lowest over
   // the shards).
-  virtual absl::StatusOr<int64_t> Pull(int64_t clock,
-                                       std::vector<absl::Span<float>> tensors) = 0;
+  virtual absl::StatusOr<int64_t> Pull(
+      int64_t clock, std::vector<absl::Span<float>> tensors) = 0;
 
   // Starts pushing tensor `index`'s gradient for step `clock`; may return
   // before it is sent. `grad` must stay valid until Finish().
@@ -46,7 +46,8 @@ class ParameterAccess {
 };
 
 // Where metric points go (the coordinator, in the daemon).
-using MetricSink = std::function<void(std::vector<MetricPoint> points, bool done)>;
+using MetricSink =
+    std::function<void(std::vector<MetricPoint> points, bool done)>;
 
 struct TrainerOptions {
   // How often (in steps) to send train_loss, examples_per_sec and the step
@@ -72,15 +73,12 @@ struct TrainResult {
 // always close. Stops early (CANCELLED) when `stop` becomes true, checked
 // once per step. Straggler injection from the spec slows this worker when
 // its rank is named there.
-absl::StatusOr<TrainResult> Train(const WorkerAssignment& assignment,
-                                  std::shared_ptr<const Dataset> train,
-                                  std::shared_ptr<const Dataset> test,
-                                  kernels::Backend* backend,
-                                  ParameterAccess* params, MetricSink sink,
-                                  const std::atomic<bool>* stop,
-                                  const TrainerOptions& options = {},
-                                  std::function<std::vector<int>()>
-                                      current_data_shards = nullptr);
+absl::StatusOr<TrainResult> Train(
+    const WorkerAssignment& assignment, std::shared_ptr<const Dataset> train,
+    std::shared_ptr<const Dataset> test, kernels::Backend* backend,
+    ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
+    const TrainerOptions& options = {},
+    std::function<std::vector<int>()> current_data_shards = nullptr);
 
 // Steps each worker runs for the job (the same on every worker).
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,

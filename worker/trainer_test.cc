@@ -26,8 +26,10 @@ class LocalParams : public ParameterAccess {
       tensors_.push_back(std::move(w));
     }
   }
-  absl::StatusOr<int64_t> Pull(int64_t, std::vector<absl::Span<float>> out) override {
-    if (out.size() != tensors_.size()) return absl::InvalidArgumentError("count");
+  absl::StatusOr<int64_t> Pull(int64_t,
+                               std::vector<absl::Span<float>> out) override {
+    if (out.size() != tensors_.size())
+      return absl::InvalidArgumentError("count");
     for (size_t i = 0; i < out.size(); ++i) {
       if (out[i].size() != tensors_[i].size()) {
         return absl::InvalidArgumentError("size");
@@ -58,12 +60,15 @@ class LocalParams : public ParameterAccess {
 };
 
 JobSpec Spec(int64_t max_steps) {
-  auto spec = ParseJobSpec(absl::StrCat(R"pb(
-    model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
-    optimizer { learning_rate: 0.1 }
-    data { batch_size: 64 shuffle_seed: 3 eval_every_steps: 100 eval_examples: 2000 max_steps: )pb",
-                                        max_steps, " }\n seed: 5"),
-                           "job");
+  auto spec = ParseJobSpec(
+      absl::StrCat(R"pb(
+                     model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
+                     optimizer { learning_rate: 0.1 }
+                     data { batch_size: 64 shuffle_seed: 3 eval_every_steps: 100
+                            eval_examples: 2000
+                            max_steps:)pb",
+                   max_steps, " }\n seed: 5"),
+      "job");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
@@ -149,8 +154,9 @@ TEST_F(TrainerTest, RejectsMismatchedInput) {
   a.mutable_spec()->mutable_model()->mutable_mlp()->set_input_dim(100);
   a.mutable_spec()->mutable_model()->clear_tensors();
   LocalParams params(a.spec(), 0.1f);
-  auto result = Train(a, train_, test_, backend->get(), &params,
-                      [](std::vector<MetricPoint>, bool) {}, nullptr);
+  auto result = Train(
+      a, train_, test_, backend->get(), &params,
+      [](std::vector<MetricPoint>, bool) {}, nullptr);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -419,7 +419,8 @@ TEST_F(CoordinatorTest, WorkersThatReportFailureLeaveAndTheLastFailsTheJob) {
   ASSERT_TRUE(coordinator_->ReportFailure(req).ok());
   r = Job(id);
   EXPECT_EQ(r.state(), FAILED);
-  EXPECT_NE(r.reason().find("gradient holds NaN"), std::string::npos) << r.reason();
+  EXPECT_NE(r.reason().find("gradient holds NaN"), std::string::npos)
+      << r.reason();
 }
 
 TEST_F(CoordinatorTest, RestartedWorkerRejoinsAtTheCurrentStep) {
