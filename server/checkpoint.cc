@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -286,16 +287,20 @@ absl::StatusOr<CheckpointData> ReadCheckpoint(const std::string& path) {
 
 std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir) {
   std::map<std::pair<int64_t, int>, std::map<int, std::string>> groups;
+  // Per layout, per shard: (version, path), newest first.
+  std::map<int, std::map<int, std::vector<std::pair<int64_t, std::string>>>>
+      by_shard;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     FileName f;
     if (ParseName(entry.path().filename().string(), &f)) {
       groups[{f.version, f.num_shards}][f.shard] = entry.path().string();
+      by_shard[f.num_shards][f.shard].emplace_back(f.version,
+                                                   entry.path().string());
     }
   }
   std::vector<CheckpointSet> sets;
-  for (auto it = groups.rbegin(); it != groups.rend(); ++it) {
-    const auto& [key, files] = *it;
+  for (const auto& [key, files] : groups) {
     if (static_cast<int>(files.size()) != key.second) continue;  // incomplete
     CheckpointSet set;
     set.version = key.first;
@@ -303,6 +308,33 @@ std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir) {
     for (const auto& [shard, path] : files) set.paths.push_back(path);
     sets.push_back(std::move(set));
   }
+  for (auto& [num_shards, shards] : by_shard) {
+    if (static_cast<int>(shards.size()) != num_shards) continue;
+    size_t depth = SIZE_MAX;
+    for (auto& [shard, files] : shards) {
+      std::sort(files.rbegin(), files.rend());
+      depth = std::min(depth, files.size());
+    }
+    for (size_t i = 0; i < depth; ++i) {
+      CheckpointSet set;
+      set.num_shards = num_shards;
+      set.mixed = true;
+      set.version = INT64_MAX;
+      int64_t highest = 0;
+      for (const auto& [shard, files] : shards) {
+        set.paths.push_back(files[i].second);
+        set.version = std::min(set.version, files[i].first);
+        highest = std::max(highest, files[i].first);
+      }
+      if (highest != set.version) sets.push_back(std::move(set));
+    }
+  }
+  std::sort(sets.begin(), sets.end(),
+            [](const CheckpointSet& a, const CheckpointSet& b) {
+              if (a.version != b.version) return a.version > b.version;
+              if (a.mixed != b.mixed) return !a.mixed;
+              return a.num_shards > b.num_shards;
+            });
   return sets;
 }
 

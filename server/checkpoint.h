@@ -50,15 +50,21 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
 // (bad magic, truncated, checksum mismatch of chunk i).
 absl::StatusOr<CheckpointData> ReadCheckpoint(const std::string& path);
 
-// The files of one checkpoint: every shard of one layout at one version.
+// The files of one checkpoint: one per shard of one layout. Under BSP all
+// shards checkpoint at the same versions; under ASP/SSP each shard counts its
+// own, so a set may also be "mixed": the i-th newest file of every shard.
 struct CheckpointSet {
-  int64_t version = 0;
+  int64_t version = 0;  // the lowest version among the files
   int num_shards = 0;
+  bool mixed = false;
   std::vector<std::string> paths;  // index = shard; all present
 };
 
-// Complete sets in `dir`, newest version first (ties: more shards first).
-// An absent dir yields an empty list.
+// Restore candidates in `dir`: the complete same-version sets, and for each
+// layout the mixed sets (every shard's newest file, then every shard's
+// second newest, ...) where they differ from those; ordered by version,
+// newest first (ties: same-version sets first, then more shards). An absent
+// dir yields an empty list.
 std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir);
 
 }  // namespace ps::server

@@ -108,13 +108,22 @@ TEST(Checkpoint, KeepsTheNewestKPerShardAndListsCompleteSetsNewestFirst) {
     ++files;
   }
   EXPECT_EQ(files, 4);  // shard 0 of 2: v4, v5; shard 1 of 2: v4; 1 of 1: v3
+  // v5 of 2 shards is incomplete; the newest of each shard (v5, v4) makes a
+  // mixed set, listed after the same-version set of its lowest version.
   const std::vector<CheckpointSet> sets = ListCheckpointSets(dir);
-  ASSERT_EQ(sets.size(), 2u);  // v5 of 2 shards is incomplete
+  ASSERT_EQ(sets.size(), 3u);
   EXPECT_EQ(sets[0].version, 4);
   EXPECT_EQ(sets[0].num_shards, 2);
+  EXPECT_FALSE(sets[0].mixed);
   EXPECT_EQ(sets[0].paths.size(), 2u);
-  EXPECT_EQ(sets[1].version, 3);
-  EXPECT_EQ(sets[1].num_shards, 1);
+  EXPECT_EQ(sets[1].version, 4);
+  EXPECT_TRUE(sets[1].mixed);
+  ASSERT_EQ(sets[1].paths.size(), 2u);
+  EXPECT_NE(sets[1].paths[0].find("ckpt-v00000000000000000005-s0-of-2"),
+            std::string::npos)
+      << sets[1].paths[0];
+  EXPECT_EQ(sets[2].version, 3);
+  EXPECT_EQ(sets[2].num_shards, 1);
   EXPECT_TRUE(ListCheckpointSets(dir + "/absent").empty());
 }
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/payload_codec.h"
@@ -513,10 +514,14 @@ absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
   // grpc_cq_internal_unref seen when clients come and go in parallel). One
   // channel kept for the life of the process keeps that queue up. Created
   // once, never destroyed on purpose.
-  static const std::shared_ptr<grpc::Channel>* const keep_callback_cq_alive =
-      new std::shared_ptr<grpc::Channel>(grpc::CreateChannel(
-          "127.0.0.1:1", grpc::InsecureChannelCredentials()));
-  (void)keep_callback_cq_alive;
+  // (volatile: the store stays, so leak checkers see the channel as live.)
+  [[maybe_unused]] static std::shared_ptr<
+      grpc::Channel>* volatile keep_callback_cq_alive = nullptr;
+  static absl::once_flag once;
+  absl::call_once(once, [] {
+    keep_callback_cq_alive = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()));
+  });
   auto client =
       std::make_unique<ClientImpl>(options, job_id, worker_id, placement);
   PS_RETURN_IF_ERROR(client->Connect());

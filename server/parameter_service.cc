@@ -1,5 +1,6 @@
 #include "server/parameter_service.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -69,11 +70,17 @@ using ServiceBase = ParameterService::WithRawCallbackMethod_Push<
 class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
  public:
   ServiceImpl(ShardStore* store, const ParameterServiceOptions& options)
-      : store_(store), options_(options), pool_(options.wait_threads) {}
-  ~ServiceImpl() override { pool_.Stop(); }
+      : store_(store),
+        options_(options),
+        pull_pool_(options.wait_threads),
+        push_pool_(std::max(2, options.wait_threads / 4)) {}
+  ~ServiceImpl() override { Stop(); }
 
   grpc::Service* service() override { return this; }
-  void Stop() override { pool_.Stop(); }
+  void Stop() override {
+    pull_pool_.Stop();
+    push_pool_.Stop();
+  }
 
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
@@ -141,7 +148,10 @@ class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
 
   ShardStore* const store_;
   const ParameterServiceOptions options_;
-  WaitPool pool_;
+  // Separate pools: pulls waiting for a step must never hold up the end of
+  // step that closes it.
+  WaitPool pull_pool_;
+  WaitPool push_pool_;
 };
 
 // A decoded push that may outlive the callback (when handed to the pool).
@@ -212,7 +222,7 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
   probe.seq = call->header.seq();
   probe.end_of_step = call->header.end_of_step();
   if (store_->PushMayWait(probe)) {
-    pool_.Submit(std::move(run));
+    push_pool_.Submit(std::move(run));
   } else {
     run();
   }
@@ -296,7 +306,7 @@ grpc::ServerUnaryReactor* ServiceImpl::Pull(
   absl::Status s = run(absl::InfinitePast());
   if (s.code() == absl::StatusCode::kDeadlineExceeded) {
     const absl::Time deadline = WaitDeadline(*context);
-    pool_.Submit([run, reactor, deadline] {
+    pull_pool_.Submit([run, reactor, deadline] {
       reactor->Finish(ToGrpcStatus(run(deadline)));
     });
     return reactor;

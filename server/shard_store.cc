@@ -1118,7 +1118,8 @@ absl::StatusOr<bool> ShardStoreImpl::Restore(Job& job) {
     job.version = set.version;
     LogLine(absl::StrCat("job ", job.id, ": restored checkpoint version ",
                          set.version, " written by ", set.num_shards,
-                         " shard(s)"));
+                         " shard(s)",
+                         set.mixed ? " (shards at different versions)" : ""));
     return true;
   }
   return false;

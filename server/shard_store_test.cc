@@ -735,6 +735,49 @@ TEST(ShardStore, CheckpointOnTwoShardsRestoresOntoThree) {
   EXPECT_EQ(Gather(three), want);
 }
 
+// ASP shards count their own versions, so their checkpoints differ in
+// version; they still restore (onto another layout too).
+TEST(ShardStore, AspShardsAtDifferentVersionsRestore) {
+  FakeClock clock;
+  const std::string dir = TempDir("asp_mixed");
+  JobSpec spec = MakeSpec(ConsistencySpec::ASP);
+  std::vector<std::unique_ptr<ShardStore>> two;
+  for (int shard = 0; shard < 2; ++shard) {
+    two.push_back(NewStore(&clock, dir));
+    ASSERT_TRUE(two.back()->SetupJob(JobSetup(spec, {1}, shard, 2)).ok());
+    auto placement = *two.back()->GetPlacement("job1");
+    std::vector<float> g(64, 0.125f);
+    for (int step = 0; step <= shard; ++step) {  // shard 1 one step ahead
+      PushArgs args;
+      args.job_id = "job1";
+      args.worker_id = 1;
+      args.seq = step + 1;
+      args.end_of_step = true;
+      for (int64_t id : placement->shard_chunks[shard]) {
+        const Chunk& c = placement->chunks[id];
+        args.chunks.push_back(Contiguous(
+            id, FLOAT32, c.num_elements,
+            absl::string_view(reinterpret_cast<const char*>(g.data()),
+                              c.num_elements * 4)));
+      }
+      ASSERT_TRUE(two.back()->Push(args, Far()).ok());
+    }
+    ASSERT_TRUE(two.back()->Checkpoint("job1").ok());
+  }
+  const std::vector<float> want = Gather(two);
+  std::vector<std::unique_ptr<ShardStore>> three;
+  for (int shard = 0; shard < 3; ++shard) {
+    three.push_back(NewStore(&clock, dir));
+    SetupJobRequest r = JobSetup(spec, {1}, shard, 3);
+    r.set_restore(true);
+    auto resp = three.back()->SetupJob(r);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    EXPECT_TRUE(resp->restored());
+    EXPECT_EQ(resp->version(), 1);  // the lower of the two
+  }
+  EXPECT_EQ(Gather(three), want);
+}
+
 TEST(ShardStore, CorruptCheckpointFallsBackToThePreviousOne) {
   FakeClock clock;
   const std::string dir = TempDir("fallback");

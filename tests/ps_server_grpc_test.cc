@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -294,6 +295,67 @@ TEST(PsServerGrpc, BadInputGetsPreciseStatuses) {
   EXPECT_EQ(status.version(), 0);
   EXPECT_EQ(status.pushes(), 0);
   EXPECT_EQ(status.rejected_pushes(), 3);
+}
+
+// A CA, a server certificate for 127.0.0.1 and a client certificate, made
+// with the openssl command line. Returns false if openssl is missing.
+bool MakeCertificates(const std::string& dir) {
+  const std::string cmd =
+      "cd " + dir +
+      " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=ps-ca "
+      "-keyout ca.key -out ca.pem"
+      " && openssl req -newkey rsa:2048 -nodes -subj /CN=localhost "
+      "-keyout server.key -out server.csr"
+      " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext"
+      " && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+      "-CAcreateserial -days 1 -extfile san.ext -out server.pem"
+      " && openssl req -newkey rsa:2048 -nodes -subj /CN=worker "
+      "-keyout client.key -out client.csr"
+      " && openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key "
+      "-CAcreateserial -days 1 -out client.pem";
+  return std::system((cmd + " > /dev/null 2>&1").c_str()) == 0;
+}
+
+TEST(PsServerGrpc, MutualTlsIsEnforced) {
+  const std::string dir = testing::TempDir("tls");
+  if (!MakeCertificates(dir))
+    GTEST_SKIP() << "openssl could not make certificates";
+  auto servers = StartServers(
+      1, {"--tls_cert=" + dir + "/server.pem",
+          "--tls_key=" + dir + "/server.key", "--tls_ca=" + dir + "/ca.pem"});
+  ASSERT_EQ(servers.size(), 1u);
+  const JobSpec spec = Spec(ConsistencySpec::ASP, 1);
+  {
+    // Setup over TLS with a client certificate.
+    ChannelOptions copts;
+    copts.tls = {dir + "/client.pem", dir + "/client.key", dir + "/ca.pem"};
+    auto channel = MakeChannel(servers[0]->address(), copts);
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    SetupJobRequest request;
+    request.set_job_id("job");
+    *request.mutable_spec() = spec;
+    request.set_num_shards(1);
+    request.add_worker_ids(1);
+    SetupJobResponse response;
+    grpc::ClientContext context;
+    PrepareContext(&context, kWait, "");
+    grpc::Status st = ParameterService::NewStub(*channel)->SetupJob(
+        &context, request, &response);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  const Placement placement = PlacementFor(spec, 1);
+  Model weights;
+  ParameterClientOptions options;
+  options.server_addresses = {servers[0]->address()};
+  options.tls = {dir + "/client.pem", dir + "/client.key", dir + "/ca.pem"};
+  auto client = *ParameterClient::Create(options, "job", 1, placement);
+  EXPECT_TRUE(client->PullAll(0, 0, weights.spans()).Wait(kWait).ok());
+  // Plaintext is refused (and retried until the attempts run out).
+  options.tls = {};
+  options.retry.max_attempts = 1;
+  auto plain = *ParameterClient::Create(options, "job", 1, placement);
+  EXPECT_EQ(plain->PullAll(0, 0, weights.spans()).Wait(kWait).code(),
+            absl::StatusCode::kUnavailable);
 }
 
 // A port that was free a moment ago (the metrics flag takes a number).

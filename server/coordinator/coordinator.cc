@@ -358,6 +358,11 @@ class CoordinatorImpl : public Coordinator {
           return absl::InvalidArgumentError(
               absl::StrCat("points[", i, "].name: must be 1..64 characters"));
         }
+        if (p.step() < 0 || p.step() > MaxStep(job->record.spec())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("points[", i, "].step: must be in 0..",
+                           MaxStep(job->record.spec()), ", got ", p.step()));
+        }
         p.set_member_id(request.member_id());
         if (p.time_ms() == 0) p.set_time_ms(start > 0 ? now - start : 0);
         out.push_back(p);
@@ -497,6 +502,13 @@ class CoordinatorImpl : public Coordinator {
     return it->second.get();
   }
 
+  // The largest step a worker of the job can reach: max_steps, else every
+  // epoch done by one worker alone (what is left after evictions).
+  static int64_t MaxStep(const JobSpec& spec) {
+    const int64_t n = EstimateTotalSteps(spec, 1);
+    return n > 0 ? n : std::numeric_limits<int64_t>::max();
+  }
+
   static int64_t EstimateTotalSteps(const JobSpec& spec, int num_workers) {
     if (spec.data().max_steps() > 0) return spec.data().max_steps();
     const int64_t per_step = static_cast<int64_t>(std::max(1, num_workers)) *
@@ -633,6 +645,9 @@ class CoordinatorImpl : public Coordinator {
 
   void ObserveClock(Job& job, WorkerRuntime& rt, int64_t clock, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // A clock no worker of this job can reach is a peer bug; it must not
+    // become the job's step (nor a rejoining worker's start step).
+    if (clock < 0 || clock > MaxStep(job.record.spec())) return;
     if (clock != rt.clock) {
       rt.clock = clock;
       rt.clock_changed_ms = now;

@@ -1,0 +1,195 @@
+// The client against in-process shards (ShardStore + ParameterService on
+// 127.0.0.1:0): splitting into messages, half-precision wire dtypes, the
+// bounded ticket wait, and argument errors.
+#include "server/parameter_client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/placement.h"
+#include "server/parameter_service.h"
+#include "server/shard_store.h"
+
+namespace ps::server {
+namespace {
+
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+struct Shard {
+  std::unique_ptr<ShardStore> store;
+  std::unique_ptr<ParameterServiceAdapter> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  ~Shard() {
+    store->Shutdown();
+    server->Shutdown(std::chrono::system_clock::now());
+    service->Stop();
+  }
+};
+
+JobSpec Spec(ConsistencySpec::Model model) {
+  JobSpec spec;
+  spec.set_name("client");
+  spec.set_chunk_bytes(400);  // 100 floats per chunk
+  spec.set_num_workers(2);
+  for (auto [name, n] : {std::pair<const char*, int>{"w", 1000}, {"b", 30}}) {
+    TensorSpec* t = spec.mutable_model()->add_tensors();
+    t->set_name(name);
+    t->add_shape(n);
+    t->mutable_init()->set_kind(InitializerSpec::CONSTANT);
+    t->mutable_init()->set_value(2.0f);
+  }
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  spec.mutable_consistency()->set_model(model);
+  spec.mutable_data()->set_max_steps(10);
+  return spec;
+}
+
+class Cluster {
+ public:
+  Cluster(int shards, const JobSpec& spec) : spec_(spec) {
+    for (int s = 0; s < shards; ++s) {
+      auto shard = std::make_unique<Shard>();
+      shard->store = *ShardStore::Create({});
+      shard->service = *ParameterServiceAdapter::Create(shard->store.get(), {});
+      grpc::ServerBuilder builder;
+      int port = 0;
+      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                               &port);
+      builder.RegisterService(shard->service->service());
+      shard->server = builder.BuildAndStart();
+      shard->address = absl::StrCat("127.0.0.1:", port);
+      SetupJobRequest r;
+      r.set_job_id("job");
+      *r.mutable_spec() = spec;
+      r.set_shard_index(s);
+      r.set_num_shards(shards);
+      r.add_worker_ids(1);
+      r.add_worker_ids(2);
+      EXPECT_TRUE(shard->store->SetupJob(r).ok());
+      shards_.push_back(std::move(shard));
+    }
+    std::vector<TensorSpec> tensors(spec.model().tensors().begin(),
+                                    spec.model().tensors().end());
+    placement_ = *ComputePlacement(tensors, shards, spec.chunk_bytes());
+  }
+
+  std::unique_ptr<ParameterClient> Client(int64_t worker,
+                                          ParameterClientOptions options = {}) {
+    for (auto& s : shards_) options.server_addresses.push_back(s->address);
+    auto c = ParameterClient::Create(options, "job", worker, placement_);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *std::move(c);
+  }
+  ShardStore& store(int s) { return *shards_[s]->store; }
+  const Placement& placement() const { return placement_; }
+
+ private:
+  JobSpec spec_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  Placement placement_;
+};
+
+struct Weights {
+  std::vector<float> w = std::vector<float>(1000), b = std::vector<float>(30);
+  std::vector<absl::Span<float>> spans() {
+    return {absl::MakeSpan(w), absl::MakeSpan(b)};
+  }
+};
+
+struct WireCase {
+  const char* name;
+  DType dtype;
+  int64_t max_request_bytes;
+  int connections;
+};
+
+// Whatever the message size, connection count and wire dtype, a push of
+// 0.5 and a pull give 2 - 0.5 everywhere, on every shard.
+TEST(ParameterClient, PushesAndPullsWholeTensorsAcrossShards) {
+  const std::vector<WireCase> cases = {
+      {"one_message_per_shard", FLOAT32, 1 << 20, 1},
+      {"a_message_per_chunk", FLOAT32, 400, 2},
+      {"fp16", FLOAT16, 4096, 2},
+      {"bf16", BFLOAT16, 1 << 20, 3},
+  };
+  for (const WireCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    Cluster cluster(2, Spec(ConsistencySpec::ASP));
+    ParameterClientOptions options;
+    options.wire_dtype = c.dtype;
+    options.max_request_bytes = c.max_request_bytes;
+    options.connections_per_shard = c.connections;
+    auto client = cluster.Client(1, options);
+    Weights weights;
+    ASSERT_TRUE(client->PullAll(0, 0, weights.spans()).Wait(kWait).ok());
+    for (float x : weights.w) ASSERT_EQ(x, 2.0f);
+    const std::vector<float> gw(1000, 0.5f), gb(30, 0.5f);
+    Ticket a = client->PushTensor(0, gw, 0);
+    Ticket b = client->PushTensor(1, gb, 0);
+    Ticket e = client->EndStep(0);
+    for (Ticket* t : {&a, &b, &e})
+      ASSERT_TRUE(t->Wait(kWait).ok()) << t->Wait(kWait);
+    EXPECT_EQ(e.version(), 1);  // each shard counted the step
+    ASSERT_TRUE(client->PullAll(1, 0, weights.spans()).Wait(kWait).ok());
+    for (float x : weights.w) ASSERT_EQ(x, 1.5f);
+    for (float x : weights.b) ASSERT_EQ(x, 1.5f);
+  }
+}
+
+// A BSP pull for a version that needs another worker's gradient: Wait is
+// bounded and says so, and the same ticket completes once it arrives.
+TEST(ParameterClient, TicketWaitIsBounded) {
+  Cluster cluster(1, Spec(ConsistencySpec::BSP));
+  auto w1 = cluster.Client(1);
+  auto w2 = cluster.Client(2);
+  const std::vector<float> gw(1000, 1.0f), gb(30, 1.0f);
+  for (Ticket t :
+       {w1->PushTensor(0, gw, 0), w1->PushTensor(1, gb, 0), w1->EndStep(0)}) {
+    ASSERT_TRUE(t.Wait(kWait).ok());
+  }
+  Weights weights;
+  Ticket pull = w1->PullAll(1, 1, weights.spans());
+  EXPECT_EQ(pull.Wait(absl::ZeroDuration()).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(pull.Done());
+  for (Ticket t :
+       {w2->PushTensor(0, gw, 0), w2->PushTensor(1, gb, 0), w2->EndStep(0)}) {
+    ASSERT_TRUE(t.Wait(kWait).ok());
+  }
+  ASSERT_TRUE(pull.Wait(kWait).ok());
+  EXPECT_EQ(pull.version(), 1);
+  for (float x : weights.w) ASSERT_EQ(x, 1.0f);
+}
+
+TEST(ParameterClient, RejectsMismatchedArguments) {
+  Cluster cluster(1, Spec(ConsistencySpec::ASP));
+  auto client = cluster.Client(1);
+  std::vector<float> short_tensor(10);
+  EXPECT_EQ(client->PushTensor(0, short_tensor, 0).Wait(kWait).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->PushTensor(7, short_tensor, 0).Wait(kWait).code(),
+            absl::StatusCode::kInvalidArgument);
+  Weights weights;
+  EXPECT_EQ(
+      client->PullAll(0, 0, {absl::MakeSpan(weights.w)}).Wait(kWait).code(),
+      absl::StatusCode::kInvalidArgument);
+  ParameterClientOptions options;
+  options.server_addresses = {"127.0.0.1:1", "127.0.0.1:2"};
+  EXPECT_EQ(ParameterClient::Create(options, "job", 1, cluster.placement())
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // A server error (here: a worker that is not a member) comes back as is.
+  auto stranger = cluster.Client(9);
+  EXPECT_EQ(stranger->PullAll(0, 0, weights.spans()).Wait(kWait).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ps::server
