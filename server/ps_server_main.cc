@@ -2,6 +2,7 @@
 // set up for, serves ParameterService, writes checkpoints, and (with
 // --coordinator) registers and heartbeats with the coordinator.
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -221,6 +222,9 @@ int Run() {
     Log(creds.status().ToString());
     return 2;
   }
+  // The standard grpc.health.v1 service, for Kubernetes probes and
+  // `psctl cluster status`.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string host = absl::GetFlag(FLAGS_host);

@@ -33,6 +33,8 @@ has "already up" "$T/err" "second cluster refused"
 expect 0 "cluster status" -- psctl cluster status
 has "WORKER" "$T/out" "members listed"
 has "ALIVE" "$T/out" "members alive"
+has "SERVER .*SERVING" "$T/out" "servers answer the gRPC health check"
+has "coordinator 127.0.0.1:[0-9]*: SERVING" "$T/out" "the coordinator answers the gRPC health check"
 
 expect 4 "status of an unknown job" -- psctl status job-nope
 expect 4 "cancel of an unknown job" -- psctl cancel job-nope

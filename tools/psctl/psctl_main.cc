@@ -24,6 +24,7 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
 #include "tools/psctl/deploy.h"
 #include "tools/psctl/local_cluster.h"
 #include "tools/psctl/report.h"
@@ -116,6 +117,7 @@ class Client {
   }
 
   CoordinatorService::Stub& stub() { return *stub_; }
+  const std::string& address() const { return address_; }
   const std::string& token() const { return token_; }
 
  private:
@@ -123,6 +125,21 @@ class Client {
   absl::Duration timeout_;
   std::unique_ptr<CoordinatorService::Stub> stub_;
 };
+
+// The daemon's answer to the standard grpc.health.v1 Check, or why none came.
+std::string HealthOf(const std::string& address) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeChannel(address);
+  if (!channel.ok()) return "UNKNOWN";
+  auto stub = grpc::health::v1::Health::NewStub(*channel);
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, absl::Seconds(2), "");
+  grpc::health::v1::HealthCheckResponse resp;
+  const grpc::Status s =
+      stub->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp);
+  if (!s.ok()) return absl::StrCat("UNREACHABLE (", s.error_message(), ")");
+  return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+      resp.status());
+}
 
 bool Ended(JobState s) {
   return s == SUCCEEDED || s == FAILED || s == CANCELLED;
@@ -377,14 +394,21 @@ int Main(int argc, char** argv) {
       return Fail(s);
     }
     const int64_t now = absl::ToUnixMillis(absl::Now());
-    std::printf("%-6s %-7s %-22s %-8s %-6s %s\n", "id", "role", "address",
-                "device", "state", "last heartbeat");
+    std::printf("coordinator %s: %s\n\n", c->address().c_str(),
+                HealthOf(c->address()).c_str());
+    std::printf("%-6s %-7s %-22s %-8s %-6s %-15s %s\n", "id", "role", "address",
+                "device", "state", "last heartbeat", "health");
     for (const Member& m : members.members()) {
-      std::printf("%-6lld %-7s %-22s %-8s %-6s %.1fs ago\n",
+      const std::string beat =
+          absl::StrFormat("%.1fs ago", (now - m.last_heartbeat_ms()) / 1000.0);
+      std::printf("%-6lld %-7s %-22s %-8s %-6s %-15s %s\n",
                   static_cast<long long>(m.member_id()),
                   MemberRole_Name(m.role()).c_str(), m.address().c_str(),
                   m.device().c_str(), MemberState_Name(m.state()).c_str(),
-                  (now - m.last_heartbeat_ms()) / 1000.0);
+                  beat.c_str(),
+                  m.address().empty() || m.state() != ALIVE
+                      ? "-"
+                      : HealthOf(m.address()).c_str());
     }
     return kOk;
   }
@@ -458,13 +482,15 @@ int Main(int argc, char** argv) {
     return kOk;
   }
   if (*metrics) {
-    // The coordinator renders CSV and JSON (server/coordinator/metrics_format.h)
-    // so every client exports the same columns.
+    // The coordinator renders CSV and JSON
+    // (server/coordinator/metrics_format.h) so every client exports the same
+    // columns.
     GetMetricsRequest req;
     req.set_job_id(job_id);
     req.set_format(format);
     GetMetricsResponse resp;
-    if (absl::Status s = c->Call(&CoordinatorService::Stub::GetMetrics, req, &resp);
+    if (absl::Status s =
+            c->Call(&CoordinatorService::Stub::GetMetrics, req, &resp);
         !s.ok()) {
       return Fail(s);
     }
