@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -103,6 +104,8 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
     });
   }
 
+  bool Connected() const override { return connected_; }
+
   void Stop() override {
     {
       absl::MutexLock l(&mu_);
@@ -153,6 +156,7 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       PrepareContext(&ctx, options_.rpc_timeout, options_.token);
       HeartbeatResponse resp;
       absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &resp));
+      connected_ = s.ok();
       if (!s.ok()) {
         if (!warned) {
           std::fprintf(stderr,
@@ -187,6 +191,7 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> connected_{false};
 };
 
 }  // namespace

@@ -59,6 +59,9 @@ class CoordinatorLink {
                                      const std::string& message,
                                      const std::string& server_address) = 0;
 
+  // Whether the last heartbeat reached the coordinator.
+  virtual bool Connected() const = 0;
+
   // Stops heartbeating (idempotent).
   virtual void Stop() = 0;
 };

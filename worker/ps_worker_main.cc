@@ -21,6 +21,7 @@
 #include "kernels/cuda_backend.h"
 #include "worker/coordinator_link.h"
 #include "worker/dataset.h"
+#include "worker/health_server.h"
 #include "worker/ps_access.h"
 #include "worker/trainer.h"
 
@@ -42,9 +43,15 @@ ABSL_FLAG(int, server_retry_s, 60,
           "How long to retry an unresponsive parameter server before "
           "reporting the failure to the coordinator.");
 ABSL_FLAG(int, report_every_steps, 20, "Metric report period in steps.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate (with --tls_key) presented to the coordinator "
-          "and the parameter servers (mutual TLS).");
+ABSL_FLAG(int, health_port, -1,
+          "Serve the standard gRPC health service (grpc.health.v1) on "
+          "--health_host:PORT: SERVING while heartbeats reach the "
+          "coordinator (for Kubernetes probes). -1: off; 0: a free port.");
+ABSL_FLAG(std::string, health_host, "0.0.0.0", "Interface for --health_port.");
+ABSL_FLAG(
+    std::string, tls_cert, "",
+    "PEM client certificate (with --tls_key) presented to the coordinator "
+    "and the parameter servers (mutual TLS).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle: enables TLS to the coordinator and the servers and "
@@ -66,18 +73,20 @@ absl::StatusOr<Device> OpenDevice(const std::string& flag, int cpu_threads,
                                   bool allow_tf32) {
   Device d;
   if (flag == "cpu") {
-    PS_ASSIGN_OR_RETURN(d.backend, kernels::CreateCpuBackend({.num_threads = cpu_threads}));
+    PS_ASSIGN_OR_RETURN(
+        d.backend, kernels::CreateCpuBackend({.num_threads = cpu_threads}));
     d.name = "cpu";
     return d;
   }
   int ordinal = 0;
-  if (flag.starts_with("cuda:") && !absl::SimpleAtoi(flag.substr(5), &ordinal)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device: expected cpu, cuda or cuda:N, got '", flag, "'"));
+  if (flag.starts_with("cuda:") &&
+      !absl::SimpleAtoi(flag.substr(5), &ordinal)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device: expected cpu, cuda or cuda:N, got '", flag, "'"));
   }
   if (!flag.empty() && flag != "cuda" && !flag.starts_with("cuda:")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device: expected cpu, cuda or cuda:N, got '", flag, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device: expected cpu, cuda or cuda:N, got '", flag, "'"));
   }
   kernels::CudaBackendOptions co;
   co.device = ordinal;
@@ -89,10 +98,12 @@ absl::StatusOr<Device> OpenDevice(const std::string& flag, int cpu_threads,
     d.name = absl::StrCat("cuda:", ordinal);
     return d;
   }
-  if (!flag.empty()) return Annotate(cuda.status(), absl::StrCat("--device=", flag));
+  if (!flag.empty())
+    return Annotate(cuda.status(), absl::StrCat("--device=", flag));
   std::fprintf(stderr, "worker: no usable GPU (%s); using the CPU\n",
                std::string(cuda.status().message()).c_str());
-  PS_ASSIGN_OR_RETURN(d.backend, kernels::CreateCpuBackend({.num_threads = cpu_threads}));
+  PS_ASSIGN_OR_RETURN(d.backend,
+                      kernels::CreateCpuBackend({.num_threads = cpu_threads}));
   d.name = "cpu";
   return d;
 }
@@ -112,8 +123,10 @@ class DataCache {
       std::shared_ptr<const Dataset> tr_shared(std::move(tr));
       o.stats = tr_shared->stats;
       PS_ASSIGN_OR_RETURN(auto te, LoadFashionMnist(dir, Split::kTest, o));
-      it = cache_.emplace(key, std::make_pair(tr_shared,
-                                              std::shared_ptr<const Dataset>(std::move(te))))
+      it = cache_
+               .emplace(key, std::make_pair(
+                                 tr_shared,
+                                 std::shared_ptr<const Dataset>(std::move(te))))
                .first;
     }
     *train = it->second.first;
@@ -128,16 +141,19 @@ class DataCache {
 };
 
 int Run() {
-  absl::StatusOr<std::string> token = ReadClusterToken(absl::GetFlag(FLAGS_token_file));
+  absl::StatusOr<std::string> token =
+      ReadClusterToken(absl::GetFlag(FLAGS_token_file));
   if (!token.ok()) {
-    std::fprintf(stderr, "worker: %s\n", std::string(token.status().message()).c_str());
+    std::fprintf(stderr, "worker: %s\n",
+                 std::string(token.status().message()).c_str());
     return 2;
   }
   absl::StatusOr<Device> device =
       OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_cpu_threads),
                  absl::GetFlag(FLAGS_allow_tf32));
   if (!device.ok()) {
-    std::fprintf(stderr, "worker: %s\n", std::string(device.status().message()).c_str());
+    std::fprintf(stderr, "worker: %s\n",
+                 std::string(device.status().message()).c_str());
     return 2;
   }
   std::fprintf(stderr, "worker: device %s (%s)\n", device->name.c_str(),
@@ -153,15 +169,41 @@ int Run() {
   lo.tls = tls;
   lo.token = *token;
   lo.device = device->name;
-  lo.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
-  absl::StatusOr<std::unique_ptr<CoordinatorLink>> link = CreateCoordinatorLink(lo);
+  lo.heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  absl::StatusOr<std::unique_ptr<CoordinatorLink>> link =
+      CreateCoordinatorLink(lo);
   if (!link.ok()) {
-    std::fprintf(stderr, "worker: %s\n", std::string(link.status().message()).c_str());
+    std::fprintf(stderr, "worker: %s\n",
+                 std::string(link.status().message()).c_str());
     return 2;
   }
-  if (absl::Status s = (*link)->Start(absl::Now() + absl::Minutes(5)); !s.ok()) {
+  if (absl::Status s = (*link)->Start(absl::Now() + absl::Minutes(5));
+      !s.ok()) {
     std::fprintf(stderr, "worker: %s\n", std::string(s.message()).c_str());
     return 1;
+  }
+
+  // The health service follows the heartbeats, checked every 500 ms.
+  std::unique_ptr<HealthServer> health;
+  std::thread health_updater;
+  if (absl::GetFlag(FLAGS_health_port) >= 0) {
+    absl::StatusOr<std::unique_ptr<HealthServer>> h =
+        HealthServer::Start(absl::StrCat(absl::GetFlag(FLAGS_health_host), ":",
+                                         absl::GetFlag(FLAGS_health_port)));
+    if (!h.ok()) {
+      std::fprintf(stderr, "worker: %s\n",
+                   std::string(h.status().message()).c_str());
+      return 2;
+    }
+    health = std::move(*h);
+    std::fprintf(stderr, "worker: health service on port %d\n", health->port());
+    health_updater = std::thread([&] {
+      while (!g_terminate) {
+        health->SetServing((*link)->Connected());
+        absl::SleepFor(absl::Milliseconds(500));
+      }
+    });
   }
 
   DataCache data;
@@ -176,7 +218,8 @@ int Run() {
     const WorkerAssignment job = current;
     std::fprintf(stderr, "worker: job %s rank %d/%d, %d servers%s\n",
                  job.job_id().c_str(), job.rank(), job.num_workers(),
-                 job.server_addresses_size(), job.evaluator() ? ", evaluator" : "");
+                 job.server_addresses_size(),
+                 job.evaluator() ? ", evaluator" : "");
     (*link)->SetProgress(job.job_id(), job.start_step());
 
     // Watches the assignment while training: a STOP, another job or a
@@ -186,6 +229,8 @@ int Run() {
     absl::Mutex shards_mu;
     std::vector<int> shards(job.data_shards().begin(), job.data_shards().end());
     std::atomic<bool> training{true};
+    // The evaluator role moves to another worker when its holder is evicted.
+    std::atomic<bool> evaluator{job.evaluator()};
     std::thread watcher([&] {
       WorkerAssignment seen = job;
       while (training) {
@@ -194,6 +239,7 @@ int Run() {
             seen.job_id() != job.job_id()) {
           stop = true;
         } else {
+          evaluator = seen.evaluator();
           absl::MutexLock l(&shards_mu);
           shards.assign(seen.data_shards().begin(), seen.data_shards().end());
         }
@@ -214,31 +260,38 @@ int Run() {
       ao.member_id = (*link)->member_id();
       ao.retry_deadline = absl::Seconds(absl::GetFlag(FLAGS_server_retry_s));
       ao.stop = &stop;
-      absl::StatusOr<std::unique_ptr<ParameterAccess>> a = CreatePsAccess(job, ao);
+      absl::StatusOr<std::unique_ptr<ParameterAccess>> a =
+          CreatePsAccess(job, ao);
       status = a.status();
       if (a.ok()) access = std::move(*a);
     }
     if (status.ok()) {
       TrainerOptions to;
       to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
+      to.is_evaluator = [&evaluator] { return evaluator.load(); };
       CoordinatorLink* l = link->get();
-      to.on_step = [&, l](int64_t clock) { l->SetProgress(job.job_id(), clock); };
+      to.on_step = [&, l](int64_t clock) {
+        l->SetProgress(job.job_id(), clock);
+      };
       absl::StatusOr<TrainResult> r = Train(
           job, train, test, device->backend.get(), access.get(),
           [&, l](std::vector<MetricPoint> points, bool done) {
-            if (absl::Status s = l->ReportMetrics(job.job_id(), std::move(points), done);
+            if (absl::Status s =
+                    l->ReportMetrics(job.job_id(), std::move(points), done);
                 !s.ok()) {
               std::fprintf(stderr, "worker: metrics not delivered: %s\n",
                            std::string(s.message()).c_str());
             }
           },
-          &stop, to, [&] {
+          &stop, to,
+          [&] {
             absl::MutexLock l(&shards_mu);
             return shards;
           });
       status = r.status();
       if (r.ok()) {
-        std::fprintf(stderr, "worker: job %s done: %lld steps, last loss %.4f\n",
+        std::fprintf(stderr,
+                     "worker: job %s done: %lld steps, last loss %.4f\n",
                      job.job_id().c_str(), static_cast<long long>(r->steps),
                      r->last_loss);
       }
@@ -252,11 +305,13 @@ int Run() {
     } else if (!status.ok()) {
       std::fprintf(stderr, "worker: job %s failed: %s\n", job.job_id().c_str(),
                    std::string(status.message()).c_str());
-      (void)(*link)->ReportFailure(job.job_id(), std::string(status.message()), "");
+      (void)(*link)->ReportFailure(job.job_id(), std::string(status.message()),
+                                   "");
     }
     (*link)->SetProgress("", 0);
   }
   std::fprintf(stderr, "worker: terminating\n");
+  if (health_updater.joinable()) health_updater.join();
   (*link)->Stop();
   return 0;
 }

@@ -129,8 +129,11 @@ absl::StatusOr<TrainResult> Train(
     return p;
   };
   TrainResult result;
+  auto is_evaluator = [&] {
+    return options.is_evaluator ? options.is_evaluator() : a.evaluator();
+  };
   auto evaluate = [&](int64_t step) -> absl::Status {
-    if (!a.evaluator() || test == nullptr) return absl::OkStatus();
+    if (!is_evaluator() || test == nullptr) return absl::OkStatus();
     const int64_t n =
         spec.data().eval_examples() > 0
             ? std::min<int64_t>(spec.data().eval_examples(), test->num_examples)
@@ -267,7 +270,7 @@ absl::StatusOr<TrainResult> Train(
   }
   result.final_clock = clock;
   // Final evaluation on the final weights.
-  if (a.evaluator()) {
+  if (is_evaluator()) {
     PS_ASSIGN_OR_RETURN(const int64_t version,
                         params->Pull(clock, weight_spans));
     (void)version;

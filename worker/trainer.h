@@ -57,6 +57,9 @@ struct TrainerOptions {
   // Called after every step with the new clock (the daemon's heartbeats
   // carry it, which barrier-timeout and straggler detection rely on).
   std::function<void(int64_t clock)> on_step;
+  // Whether this worker evaluates now; the role moves when the coordinator
+  // evicts the evaluator. Unset: the assignment's evaluator flag.
+  std::function<bool()> is_evaluator;
 };
 
 struct TrainResult {
