@@ -53,8 +53,8 @@ PushRequest Header() {
 
 TEST(PayloadCodec, EncodesExactlyWhatProtobufWrites) {
   // Sizes below and above the inline threshold, and an empty payload.
-  const std::vector<std::vector<float>> tensors = {Ramp(3, 1), Ramp(5000, 2),
-                                                   {}, Ramp(70000, -3)};
+  const std::vector<std::vector<float>> tensors = {
+      Ramp(3, 1), Ramp(5000, 2), {}, Ramp(70000, -3)};
   std::vector<ChunkOut> out;
   PushRequest expected = Header();
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -80,7 +80,8 @@ TEST(PayloadCodec, EncodesExactlyWhatProtobufWrites) {
   ASSERT_TRUE(buffer.Dump(&slices).ok());
   bool found = false;
   for (const grpc::Slice& s : slices) {
-    found |= reinterpret_cast<const char*>(s.begin()) == Bytes(tensors[3]).data();
+    found |=
+        reinterpret_cast<const char*>(s.begin()) == Bytes(tensors[3]).data();
   }
   EXPECT_TRUE(found);
 }
@@ -144,7 +145,7 @@ TEST(PayloadCodec, RejectsMalformedInput) {
 }
 
 TEST(PayloadCodec, HalfPrecisionRoundTrips) {
-  const std::vector<float> values = {0.0f,  -0.0f,  1.0f,    -2.5f, 65504.0f,
+  const std::vector<float> values = {0.0f,  -0.0f,   1.0f,  -2.5f,   65504.0f,
                                      1e-7f, 3.1415f, 1e-3f, -100.25f};
   for (DType dtype : {FLOAT16, BFLOAT16}) {
     std::string wire(values.size() * 2, '\0');
@@ -153,7 +154,8 @@ TEST(PayloadCodec, HalfPrecisionRoundTrips) {
     ASSERT_TRUE(WidenToFloat(dtype, wire, absl::MakeSpan(back)).ok());
     const float rel = dtype == FLOAT16 ? 1e-3f : 8e-3f;
     for (size_t i = 0; i < values.size(); ++i) {
-      EXPECT_LE(std::fabs(back[i] - values[i]), 1e-7f + rel * std::fabs(values[i]))
+      EXPECT_LE(std::fabs(back[i] - values[i]),
+                1e-7f + rel * std::fabs(values[i]))
           << DType_Name(dtype) << " " << values[i] << " -> " << back[i];
     }
   }
@@ -162,8 +164,9 @@ TEST(PayloadCodec, HalfPrecisionRoundTrips) {
   EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(1e6f))));
   EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
   std::vector<float> out(2);
-  EXPECT_EQ(WidenToFloat(FLOAT32, std::string(7, 'x'), absl::MakeSpan(out)).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      WidenToFloat(FLOAT32, std::string(7, 'x'), absl::MakeSpan(out)).code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DTypeSize(static_cast<DType>(9)), 0);
 }
 
@@ -193,9 +196,10 @@ TEST(PayloadCodec, RoundTripsItsOwnEncoding) {
         std::vector<ChunkView> chunks;
         std::vector<grpc::Slice> slices;
         std::string arena;
-        absl::Status s = DecodeWithPayloads(received, 6, &header, &chunks,
-                                            &slices, &arena);
-        ASSERT_TRUE(s.ok()) << s << " first id " << first_id << " piece " << piece;
+        absl::Status s =
+            DecodeWithPayloads(received, 6, &header, &chunks, &slices, &arena);
+        ASSERT_TRUE(s.ok())
+            << s << " first id " << first_id << " piece " << piece;
         EXPECT_EQ(header.end_of_step(), end_of_step);
         ASSERT_EQ(chunks.size(), tensors.size());
         for (size_t i = 0; i < tensors.size(); ++i) {
@@ -211,7 +215,8 @@ TEST(PayloadCodec, RoundTripsItsOwnEncoding) {
   std::vector<ChunkView> chunks;
   std::vector<grpc::Slice> slices;
   std::string arena;
-  ASSERT_TRUE(DecodeWithPayloads(empty, 6, &header, &chunks, &slices, &arena).ok());
+  ASSERT_TRUE(
+      DecodeWithPayloads(empty, 6, &header, &chunks, &slices, &arena).ok());
   EXPECT_EQ(header.job_id(), "job-7");
   EXPECT_TRUE(chunks.empty());
 }
