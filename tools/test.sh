@@ -112,7 +112,9 @@ else
     # objects are not instrumented and need a GPU to run. The subsets cover
     # every library and the multi-process data path; the rest of //tests
     # runs in step 1 only (CI time).
-    san_flags=(--config=nocuda --keep_going --test_summary=short)
+    # --symlink_prefix=/: leave the workspace's bazel-* links to step 1's
+    # output base (a link into another one would be walked as a package).
+    san_flags=(--config=nocuda --keep_going --test_summary=short --symlink_prefix=/)
     [[ -n "${CI:-}" ]] && san_flags+=(--curses=no --show_progress_rate_limit=60)
     run_step "asan" --output_base="$HOME/.cache/bazel-ps-asan" -- \
       --config=asan "${san_flags[@]}" \
