@@ -30,37 +30,16 @@ void BackwardLoop(const float* y, const float* dy, int64_t n, float* dx) {
   for (int64_t i = 0; i < n; ++i) dx[i] = ActivationBackward<kAct>(y[i], dy[i]);
 }
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public HostMemoryBackend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
-      : allocator_(std::make_shared<CachingAllocator>(
+      : HostMemoryBackend(std::make_shared<CachingAllocator>(
             NewAlignedHostAllocator(), options.max_cached_bytes)) {}
 
   std::string Name() const override { return "cpu"; }
   bool HostAddressable() const override { return true; }
 
  protected:
-  absl::StatusOr<DeviceBuffer> DoAllocate(int64_t bytes) override {
-    absl::StatusOr<CachingAllocator::Block> block = allocator_->Allocate(bytes);
-    if (!block.ok()) return block.status();
-    return DeviceBuffer(allocator_, *block, bytes);
-  }
-
-  absl::Status DoCopyToDevice(const void* host, void* device,
-                              int64_t bytes) override {
-    std::memmove(device, host, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  absl::Status DoCopyToHost(const void* device, void* host,
-                            int64_t bytes) override {
-    std::memmove(host, device, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  absl::Status DoCopyOnDevice(const void* src, void* dst,
-                              int64_t bytes) override {
-    std::memmove(dst, src, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
   absl::Status DoSynchronize() override { return absl::OkStatus(); }
 
   absl::Status DoGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
@@ -222,7 +201,6 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  std::shared_ptr<CachingAllocator> allocator_;
 };
 
 }  // namespace

@@ -26,35 +26,15 @@ absl::Status LaunchStatus(const char* op) {
       absl::StrCat(op, ": kernel launch failed: ", error));
 }
 
-class CudaEmulatedBackend final : public Backend {
+class CudaEmulatedBackend final : public HostMemoryBackend {
  public:
   CudaEmulatedBackend()
-      : allocator_(
+      : HostMemoryBackend(
             std::make_shared<CachingAllocator>(NewAlignedHostAllocator())) {}
 
   std::string Name() const override { return "cuda-emulated"; }
 
  protected:
-  absl::StatusOr<DeviceBuffer> DoAllocate(int64_t bytes) override {
-    absl::StatusOr<CachingAllocator::Block> block = allocator_->Allocate(bytes);
-    if (!block.ok()) return block.status();
-    return DeviceBuffer(allocator_, *block, bytes);
-  }
-  absl::Status DoCopyToDevice(const void* host, void* device,
-                              int64_t bytes) override {
-    std::memmove(device, host, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  absl::Status DoCopyToHost(const void* device, void* host,
-                            int64_t bytes) override {
-    std::memmove(host, device, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  absl::Status DoCopyOnDevice(const void* src, void* dst,
-                              int64_t bytes) override {
-    std::memmove(dst, src, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
   absl::Status DoSynchronize() override { return LaunchStatus("Synchronize"); }
 
   absl::Status DoGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
@@ -139,7 +119,6 @@ class CudaEmulatedBackend final : public Backend {
   }
 
  private:
-  std::shared_ptr<CachingAllocator> allocator_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kernels/host_memory.h"
 
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,30 @@ class AlignedHostAllocator final : public RawAllocator {
 
 std::unique_ptr<RawAllocator> NewAlignedHostAllocator() {
   return std::make_unique<AlignedHostAllocator>();
+}
+
+absl::StatusOr<DeviceBuffer> HostMemoryBackend::DoAllocate(int64_t bytes) {
+  absl::StatusOr<CachingAllocator::Block> block = allocator_->Allocate(bytes);
+  if (!block.ok()) return block.status();
+  return DeviceBuffer(allocator_, *block, bytes);
+}
+
+absl::Status HostMemoryBackend::DoCopyToDevice(const void* host, void* device,
+                                               int64_t bytes) {
+  std::memmove(device, host, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
+absl::Status HostMemoryBackend::DoCopyToHost(const void* device, void* host,
+                                             int64_t bytes) {
+  std::memmove(host, device, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
+absl::Status HostMemoryBackend::DoCopyOnDevice(const void* src, void* dst,
+                                               int64_t bytes) {
+  std::memmove(dst, src, static_cast<size_t>(bytes));
+  return absl::OkStatus();
 }
 
 }  // namespace ps::kernels
