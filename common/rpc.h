@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -83,6 +84,17 @@ struct RetryPolicy {
 absl::Status CallWithRetry(
     const RetryPolicy& policy, const std::function<absl::Status()>& attempt,
     const std::function<void(absl::Duration)>& sleep = absl::SleepFor);
+
+// Push sequence numbers carry the job's incarnation (the number of job-wide
+// rollbacks) in their top bits: seq = incarnation << kSeqIncarnationShift | n,
+// n = 1, 2, ... (proto/parameter_service.proto, PushRequest.seq).
+inline constexpr int kSeqIncarnationShift = 40;
+inline constexpr uint64_t SeqBase(int64_t incarnation) {
+  return static_cast<uint64_t>(incarnation) << kSeqIncarnationShift;
+}
+inline constexpr int64_t SeqIncarnation(uint64_t seq) {
+  return static_cast<int64_t>(seq >> kSeqIncarnationShift);
+}
 
 }  // namespace ps
 

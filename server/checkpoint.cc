@@ -338,4 +338,26 @@ std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir) {
   return sets;
 }
 
+std::vector<CheckpointSet> ListOwnCheckpoints(const std::string& dir,
+                                              int num_shards, int shard) {
+  std::vector<CheckpointSet> sets;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    FileName f;
+    if (ParseName(entry.path().filename().string(), &f) &&
+        f.num_shards == num_shards && f.shard == shard) {
+      CheckpointSet set;
+      set.version = f.version;
+      set.num_shards = num_shards;
+      set.paths.push_back(entry.path().string());
+      sets.push_back(std::move(set));
+    }
+  }
+  std::sort(sets.begin(), sets.end(),
+            [](const CheckpointSet& a, const CheckpointSet& b) {
+              return a.version > b.version;
+            });
+  return sets;
+}
+
 }  // namespace ps::server

@@ -67,6 +67,13 @@ struct CheckpointSet {
 // dir yields an empty list.
 std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir);
 
+// The files shard `shard` of a `num_shards` layout wrote itself, each as a
+// one-file set (paths = {that file}), newest first. A server with its own
+// data directory sees only these; in the same layout they restore its
+// chunks without the other shards' files.
+std::vector<CheckpointSet> ListOwnCheckpoints(const std::string& dir,
+                                              int num_shards, int shard);
+
 }  // namespace ps::server
 
 #endif  // PS_SERVER_CHECKPOINT_H_

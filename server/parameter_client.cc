@@ -126,7 +126,7 @@ class ClientImpl final : public ParameterClient {
         placement_(placement),
         next_seq_(placement.num_shards),
         pulled_version_(placement.num_shards) {
-    for (auto& s : next_seq_) s.store(1);
+    for (auto& s : next_seq_) s.store(SeqBase(options.incarnation) + 1);
     for (auto& v : pulled_version_) v.store(0);
     tensor_chunks_.resize(placement_.tensor_elements.size());
     for (const Chunk& c : placement_.chunks) {

@@ -49,6 +49,9 @@ struct ParameterClientOptions {
   absl::Duration call_timeout = absl::Seconds(30);
   RetryPolicy retry;
   DType wire_dtype = FLOAT32;  // FLOAT16 / BFLOAT16 halve the bytes
+  // The job incarnation (WorkerAssignment.incarnation): push sequence
+  // numbers are SeqBase(incarnation) + 1, + 2, ... (common/rpc.h).
+  int64_t incarnation = 0;
 };
 
 namespace internal {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <utility>
 
@@ -19,6 +20,7 @@
 #include "common/initializer.h"
 #include "common/model.h"
 #include "common/payload_codec.h"
+#include "common/rpc.h"
 #include "common/status.h"
 #include "server/checkpoint.h"
 #include "server/optimizer.h"
@@ -39,6 +41,9 @@ class RealClock final : public Clock {
 // `contiguous` is done, plus the sparse set above it; bounded because gaps
 // close as the pushes complete (rejected ones consume their number too).
 struct SeqTracker {
+  SeqTracker() = default;
+  // Numbers of incarnation i start at SeqBase(i) + 1.
+  explicit SeqTracker(uint64_t base) : contiguous(base) {}
   uint64_t contiguous = 0;
   absl::flat_hash_set<uint64_t> done_above;
   absl::flat_hash_set<uint64_t> in_flight;
@@ -131,6 +136,12 @@ struct Job {
   absl::Mutex apply_mu;
   // Serialises checkpoint writers of this job; never taken on the data path.
   absl::Mutex checkpoint_mu;
+  // BSP with every_versions: the state at the last version that is a
+  // multiple of it, taken when that step was applied and written by the
+  // next CheckpointDue. Every shard of the job checkpoints the same
+  // versions, so a job-wide rollback finds one version on all of them.
+  absl::Mutex snapshot_mu;
+  std::shared_ptr<CheckpointData> aligned_snapshot ABSL_GUARDED_BY(snapshot_mu);
 
   absl::Mutex mu;
   int64_t version ABSL_GUARDED_BY(mu) = 0;
@@ -141,7 +152,12 @@ struct Job {
   int64_t last_checkpoint_version ABSL_GUARDED_BY(mu) = 0;
   absl::Time last_checkpoint_time ABSL_GUARDED_BY(mu);
   bool torn_down ABSL_GUARDED_BY(mu) = false;
+  // Torn down by a SetupJob with replace (a job-wide rollback): waiting
+  // calls get UNAVAILABLE, the workers are about to restart.
+  bool replaced ABSL_GUARDED_BY(mu) = false;
   bool shutting_down ABSL_GUARDED_BY(mu) = false;
+  // SetupJobRequest.incarnation; only pushes of this incarnation apply.
+  int64_t incarnation = 0;
 
   std::atomic<int64_t> pushes{0}, pulls{0}, dropped{0}, rejected{0},
       duplicate{0}, blocked_pulls{0}, bytes_in{0}, bytes_out{0};
@@ -296,6 +312,26 @@ class ShardStoreImpl final : public ShardStore {
     }
     return it->second;
   }
+  // FindJob for pushes and pulls. A job this server holds checkpoints of but
+  // is not set up (the server restarted) answers UNAVAILABLE: the
+  // coordinator is about to set it up again, and the workers keep retrying.
+  absl::StatusOr<std::shared_ptr<Job>> FindJobForData(
+      absl::string_view job_id) {
+    absl::StatusOr<std::shared_ptr<Job>> job = FindJob(job_id);
+    if (job.ok() || options_.data_dir.empty() || job_id.empty() ||
+        job_id[0] == '.' ||
+        job_id.find_first_of("/\\") != absl::string_view::npos) {
+      return job;
+    }
+    std::error_code ec;
+    if (std::filesystem::is_directory(JobDir(std::string(job_id)), ec)) {
+      return absl::UnavailableError(absl::StrCat(
+          "job '", job_id,
+          "' is not set up on this parameter server yet (it restarted; its "
+          "checkpoints are here and the coordinator restores them)"));
+    }
+    return job;
+  }
   absl::Status ValidateChunks(const Job& job, const PushArgs& args,
                               std::vector<std::vector<float>>* widened,
                               std::vector<absl::Span<const float>>* grads);
@@ -307,7 +343,14 @@ class ShardStoreImpl final : public ShardStore {
   void SetMembers(Job& job, const std::vector<int64_t>& ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
   absl::StatusOr<CheckpointResponse> WriteJobCheckpoint(Job& job);
-  absl::StatusOr<bool> Restore(Job& job);
+  // Writes `data` (a snapshot of `job`) to disk; takes job.checkpoint_mu.
+  absl::StatusOr<CheckpointResponse> WriteSnapshot(Job& job,
+                                                   const CheckpointData& data);
+  // The job's weights and optimizer state at `version`; the caller holds
+  // job.apply_mu as a writer.
+  static CheckpointData Snapshot(Job& job, int64_t version);
+  // Loads the newest valid checkpoint at or below max_version (0: any).
+  absl::StatusOr<bool> Restore(Job& job, int64_t max_version);
   void Reject(Job& job) {
     job.rejected.fetch_add(1, std::memory_order_relaxed);
     if (job.metrics.rejected != nullptr) job.metrics.rejected->Increment();
@@ -358,6 +401,16 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
       return absl::UnavailableError("the parameter server is shutting down");
     }
     auto it = jobs_.find(request.job_id());
+    if (it != jobs_.end() && request.replace()) {
+      // A job-wide rollback: the job starts again from a checkpoint; calls
+      // still waiting on the old state are released with UNAVAILABLE.
+      std::shared_ptr<Job> old = it->second;
+      jobs_.erase(it);
+      absl::MutexLock jl(&old->mu);
+      old->torn_down = true;
+      old->replaced = true;
+      it = jobs_.end();
+    }
     if (it != jobs_.end()) {
       Job& job = *it->second;
       if (job.spec.SerializeAsString() != spec.SerializeAsString() ||
@@ -381,6 +434,13 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
   job->spec = spec;
   job->shard_index = request.shard_index();
   job->num_shards = request.num_shards();
+  if (request.incarnation() < 0 ||
+      request.incarnation() >= (int64_t{1} << (64 - kSeqIncarnationShift))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetupJob: incarnation ", request.incarnation(),
+                     " is out of range"));
+  }
+  job->incarnation = request.incarnation();
   PS_ASSIGN_OR_RETURN(job->tensors, ExpandModel(spec.model()));
   PS_ASSIGN_OR_RETURN(
       Placement placement,
@@ -403,7 +463,8 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
   }
   bool restored = false;
   if (request.restore()) {
-    PS_ASSIGN_OR_RETURN(restored, Restore(*job));
+    PS_ASSIGN_OR_RETURN(restored,
+                        Restore(*job, request.restore_max_version()));
   }
   {
     absl::MutexLock jl(&job->mu);
@@ -496,14 +557,20 @@ void ShardStoreImpl::SetMembers(Job& job, const std::vector<int64_t>& ids) {
       job.completed.erase(id);
     }
   }
+  // ASP/SSP jobs set up from a checkpoint: the version counts the workers'
+  // steps, so each worker restarts at version / workers (what the
+  // coordinator tells them too).
+  const int64_t fresh_clock =
+      others_min >= 0 ? others_min
+                      : job.version / std::max<int64_t>(1, ids.size());
   for (int64_t id : ids) {
     WorkerState& w = job.workers[id];
     if (w.active) continue;
     // A (re)joining worker starts at the current version; its process may
-    // be new, so its sequence numbers start over.
+    // be new, so its sequence numbers start over (in this incarnation).
     w.active = true;
-    w.seq = SeqTracker();
-    w.clock = bsp ? job.version : std::max<int64_t>(others_min, 0);
+    w.seq = SeqTracker(SeqBase(job.incarnation));
+    w.clock = bsp ? job.version : fresh_clock;
   }
 }
 
@@ -652,6 +719,13 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
       // Late workers' partial gradients of this step are dropped with it.
       for (auto& [w, staged] : chunk->staged) staged.step = -1;
     }
+    const int64_t every = job.spec.checkpoint().every_versions();
+    if (every > 0 && (step + 1) % every == 0 && !options_.data_dir.empty()) {
+      auto snapshot =
+          std::make_shared<CheckpointData>(Snapshot(job, step + 1));
+      absl::MutexLock sl(&job.snapshot_mu);
+      job.aligned_snapshot = std::move(snapshot);
+    }
   }
   absl::MutexLock jl(&job.mu);
   job.version = step + 1;
@@ -671,11 +745,22 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
 
 absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
                                                 absl::Time deadline) {
-  PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(args.job_id));
-  if (args.seq == 0) {
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJobForData(args.job_id));
+  if (args.seq == SeqBase(SeqIncarnation(args.seq))) {
     Reject(*job);
     return absl::InvalidArgumentError(
         "push seq must be >= 1 (per job, worker and shard, starting at 1)");
+  }
+  if (SeqIncarnation(args.seq) != job->incarnation) {
+    // Not counted as rejected: a worker that has not yet heard of the
+    // rollback retries until the coordinator restarts it.
+    return absl::UnavailableError(absl::StrCat(
+        "push of incarnation ", SeqIncarnation(args.seq), " of job '", job->id,
+        "': the job is at incarnation ", job->incarnation,
+        SeqIncarnation(args.seq) < job->incarnation
+            ? " (it rolled back to a checkpoint; the coordinator restarts "
+              "the workers)"
+            : " here (this shard has not been rolled back yet)"));
   }
   if (args.clock < 0 || args.base_version < 0) {
     Reject(*job);
@@ -863,7 +948,7 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
 absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
                                                 absl::Time deadline,
                                                 ChunkSink sink) {
-  PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(args.job_id));
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJobForData(args.job_id));
   const Placement& p = *job->placement;
   for (int64_t id : args.chunk_ids) {
     if (id < 0 || id >= static_cast<int64_t>(p.chunks.size()) ||
@@ -919,6 +1004,11 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
                                job->spec.consistency().staleness(), ")"));
       }
     }
+    if (job->replaced) {
+      return absl::UnavailableError(
+          absl::StrCat("job '", job->id,
+                       "' is rolling back to a checkpoint on this shard"));
+    }
     if (job->torn_down) {
       return absl::NotFoundError(
           absl::StrCat("job '", job->id, "' was torn down"));
@@ -962,38 +1052,52 @@ absl::StatusOr<CheckpointResponse> ShardStoreImpl::WriteJobCheckpoint(
     return absl::FailedPreconditionError(
         "checkpoints need a data directory (--data_dir)");
   }
-  absl::MutexLock ckl(&job.checkpoint_mu);
+  CheckpointData data;
+  {
+    absl::WriterMutexLock al(&job.apply_mu);
+    int64_t version;
+    {
+      absl::MutexLock jl(&job.mu);
+      version = job.version;
+    }
+    data = Snapshot(job, version);
+  }
+  return WriteSnapshot(job, data);
+}
+
+CheckpointData ShardStoreImpl::Snapshot(Job& job, int64_t version) {
   CheckpointData data;
   data.job_id = job.id;
   data.spec = job.spec;
   data.shard_index = job.shard_index;
   data.num_shards = job.num_shards;
-  {
-    absl::WriterMutexLock al(&job.apply_mu);
-    {
-      absl::MutexLock jl(&job.mu);
-      data.version = job.version;
-    }
-    data.ranges.reserve(job.chunks.size());
-    for (auto& chunk : job.chunks) {
-      absl::MutexLock cl(&chunk->mu);
-      CheckpointRange r;
-      r.tensor_name = job.tensors[chunk->chunk.tensor_index].name();
-      r.offset = chunk->chunk.offset;
-      r.weights = *chunk->weights;
-      r.slot1 = chunk->slots.slot1;
-      r.slot2 = chunk->slots.slot2;
-      r.steps = chunk->slots.steps;
-      data.ranges.push_back(std::move(r));
-    }
+  data.version = version;
+  data.ranges.reserve(job.chunks.size());
+  for (auto& chunk : job.chunks) {
+    absl::MutexLock cl(&chunk->mu);
+    CheckpointRange r;
+    r.tensor_name = job.tensors[chunk->chunk.tensor_index].name();
+    r.offset = chunk->chunk.offset;
+    r.weights = *chunk->weights;
+    r.slot1 = chunk->slots.slot1;
+    r.slot2 = chunk->slots.slot2;
+    r.steps = chunk->slots.steps;
+    data.ranges.push_back(std::move(r));
   }
+  return data;
+}
+
+absl::StatusOr<CheckpointResponse> ShardStoreImpl::WriteSnapshot(
+    Job& job, const CheckpointData& data) {
+  absl::MutexLock ckl(&job.checkpoint_mu);
   // Disk I/O with no data-path lock held.
   PS_ASSIGN_OR_RETURN(
       std::string path,
       WriteCheckpoint(JobDir(job.id), data, job.spec.checkpoint().keep()));
   {
     absl::MutexLock jl(&job.mu);
-    job.last_checkpoint_version = data.version;
+    job.last_checkpoint_version =
+        std::max(job.last_checkpoint_version, data.version);
     job.last_checkpoint_time = clock_->Now();
   }
   CheckpointResponse response;
@@ -1032,9 +1136,25 @@ absl::Status CompatibleModel(const Job& job,
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> ShardStoreImpl::Restore(Job& job) {
+absl::StatusOr<bool> ShardStoreImpl::Restore(Job& job, int64_t max_version) {
   if (options_.data_dir.empty()) return false;
-  for (const CheckpointSet& set : ListCheckpointSets(JobDir(job.id))) {
+  std::vector<CheckpointSet> sets = ListCheckpointSets(JobDir(job.id));
+  // With a data directory per server, only this shard's own files are here:
+  // in the same layout they cover its chunks on their own.
+  for (const CheckpointSet& own :
+       ListOwnCheckpoints(JobDir(job.id), job.num_shards, job.shard_index)) {
+    bool known = false;
+    for (const CheckpointSet& set : sets) {
+      known |= set.version == own.version && !set.mixed;
+    }
+    if (!known) sets.push_back(own);
+  }
+  std::stable_sort(sets.begin(), sets.end(),
+                   [](const CheckpointSet& a, const CheckpointSet& b) {
+                     return a.version > b.version;
+                   });
+  for (const CheckpointSet& set : sets) {
+    if (max_version > 0 && set.version > max_version) continue;
     std::vector<CheckpointData> files;
     absl::Status bad;
     for (const std::string& path : set.paths) {
@@ -1117,8 +1237,11 @@ absl::StatusOr<bool> ShardStoreImpl::Restore(Job& job) {
     absl::MutexLock jl(&job.mu);
     job.version = set.version;
     LogLine(absl::StrCat("job ", job.id, ": restored checkpoint version ",
-                         set.version, " written by ", set.num_shards,
-                         " shard(s)",
+                         set.version, " written by ",
+                         set.paths.size() == 1 && set.num_shards > 1
+                             ? absl::StrCat("this shard (of ", set.num_shards,
+                                            ")")
+                             : absl::StrCat(set.num_shards, " shard(s)"),
                          set.mixed ? " (shards at different versions)" : ""));
     return true;
   }
@@ -1133,14 +1256,23 @@ absl::StatusOr<CheckpointResponse> ShardStoreImpl::Checkpoint(
 
 absl::Status ShardStoreImpl::CheckpointDue() {
   std::vector<std::shared_ptr<Job>> due;
+  std::vector<std::pair<std::shared_ptr<Job>, std::shared_ptr<CheckpointData>>>
+      aligned;
   {
     absl::MutexLock l(&mu_);
     const absl::Time now = clock_->Now();
     for (auto& [id, job] : jobs_) {
       const CheckpointSpec& c = job->spec.checkpoint();
+      if (job->model() == ConsistencySpec::BSP && c.every_versions() > 0) {
+        absl::MutexLock sl(&job->snapshot_mu);
+        if (job->aligned_snapshot != nullptr) {
+          aligned.emplace_back(job, std::move(job->aligned_snapshot));
+          job->aligned_snapshot = nullptr;
+        }
+      }
       absl::MutexLock jl(&job->mu);
       const bool by_version =
-          c.every_versions() > 0 &&
+          c.every_versions() > 0 && job->model() != ConsistencySpec::BSP &&
           job->version - job->last_checkpoint_version >= c.every_versions();
       const bool by_time =
           c.every_seconds() > 0 &&
@@ -1150,6 +1282,10 @@ absl::Status ShardStoreImpl::CheckpointDue() {
     }
   }
   absl::Status first;
+  for (auto& [job, data] : aligned) {
+    absl::Status s = WriteSnapshot(*job, *data).status();
+    if (!s.ok() && first.ok()) first = s;
+  }
   for (auto& job : due) {
     if (options_.data_dir.empty()) break;
     absl::Status s = WriteJobCheckpoint(*job).status();

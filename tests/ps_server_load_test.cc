@@ -25,7 +25,7 @@ namespace ps {
 namespace {
 
 constexpr int kThreads = 16;
-constexpr absl::Duration kLoadTime = absl::Seconds(20);
+constexpr absl::Duration kLoadTime = absl::Seconds(30);
 constexpr absl::Duration kWait = absl::Seconds(30);
 constexpr int kElements = 3000;
 // 2^-10: every partial sum below 2^13 is exact in float.

@@ -18,6 +18,7 @@ namespace {
 bool SameAssignment(const WorkerAssignment& a, const WorkerAssignment& b) {
   return a.command() == b.command() && a.job_id() == b.job_id() &&
          a.membership_epoch() == b.membership_epoch() &&
+         a.incarnation() == b.incarnation() &&
          a.data_shards_size() == b.data_shards_size();
 }
 
@@ -63,10 +64,12 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
     return assignment_;
   }
 
-  void SetProgress(const std::string& job_id, int64_t clock) override {
+  void SetProgress(const std::string& job_id, int64_t clock,
+                   int64_t incarnation) override {
     absl::MutexLock l(&mu_);
     job_id_ = job_id;
     clock_ = clock;
+    incarnation_ = incarnation;
   }
 
   absl::Status ReportMetrics(const std::string& job_id,
@@ -151,6 +154,7 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
         req.set_member_id(member_id_);
         req.set_job_id(job_id_);
         req.set_clock(clock_);
+        req.set_incarnation(incarnation_);
       }
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.rpc_timeout, options_.token);
@@ -189,6 +193,7 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
   int64_t member_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> connected_{false};

@@ -47,7 +47,8 @@ class CoordinatorLink {
                                          absl::Duration timeout) = 0;
 
   // What the next heartbeats carry: the job and clock this worker is at.
-  virtual void SetProgress(const std::string& job_id, int64_t clock) = 0;
+  virtual void SetProgress(const std::string& job_id, int64_t clock,
+                           int64_t incarnation) = 0;
 
   // Sends metric points (retried briefly; dropped with a log line if the
   // coordinator stays unreachable, training goes on).

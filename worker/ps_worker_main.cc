@@ -216,11 +216,16 @@ int Run() {
       continue;
     }
     const WorkerAssignment job = current;
-    std::fprintf(stderr, "worker: job %s rank %d/%d, %d servers%s\n",
+    std::fprintf(stderr, "worker: job %s rank %d/%d, %d servers%s%s\n",
                  job.job_id().c_str(), job.rank(), job.num_workers(),
                  job.server_addresses_size(),
-                 job.evaluator() ? ", evaluator" : "");
-    (*link)->SetProgress(job.job_id(), job.start_step());
+                 job.evaluator() ? ", evaluator" : "",
+                 job.incarnation() > 0
+                     ? absl::StrCat(", restarting at step ", job.start_step(),
+                                    " (rollback ", job.incarnation(), ")")
+                           .c_str()
+                     : "");
+    (*link)->SetProgress(job.job_id(), job.start_step(), job.incarnation());
 
     // Watches the assignment while training: a STOP, another job or a
     // terminate request stops the loop within one step; new data shards are
@@ -231,12 +236,18 @@ int Run() {
     std::atomic<bool> training{true};
     // The evaluator role moves to another worker when its holder is evicted.
     std::atomic<bool> evaluator{job.evaluator()};
+    // The job rolled back to a checkpoint (a shard restarted): this run
+    // stops and the job starts again at the assignment's start_step.
+    std::atomic<bool> rolled_back{false};
     std::thread watcher([&] {
       WorkerAssignment seen = job;
       while (training) {
         seen = (*link)->WaitForChange(seen, absl::Milliseconds(200));
         if (g_terminate || seen.command() != WorkerAssignment::TRAIN ||
             seen.job_id() != job.job_id()) {
+          stop = true;
+        } else if (seen.incarnation() != job.incarnation()) {
+          rolled_back = true;
           stop = true;
         } else {
           evaluator = seen.evaluator();
@@ -271,7 +282,7 @@ int Run() {
       to.is_evaluator = [&evaluator] { return evaluator.load(); };
       CoordinatorLink* l = link->get();
       to.on_step = [&, l](int64_t clock) {
-        l->SetProgress(job.job_id(), clock);
+        l->SetProgress(job.job_id(), clock, job.incarnation());
       };
       absl::StatusOr<TrainResult> r = Train(
           job, train, test, device->backend.get(), access.get(),
@@ -298,6 +309,13 @@ int Run() {
     }
     training = false;
     watcher.join();
+    if (rolled_back && !g_terminate) {
+      std::fprintf(stderr,
+                   "worker: job %s rolled back to a checkpoint; dropping this "
+                   "run (%s) and starting again\n",
+                   job.job_id().c_str(), std::string(status.message()).c_str());
+      continue;  // `current` is the old assignment: the next wait returns
+    }
     finished_job = job.job_id();
     if (absl::IsCancelled(status)) {
       std::fprintf(stderr, "worker: job %s stopped: %s\n", job.job_id().c_str(),
@@ -308,7 +326,7 @@ int Run() {
       (void)(*link)->ReportFailure(job.job_id(), std::string(status.message()),
                                    "");
     }
-    (*link)->SetProgress("", 0);
+    (*link)->SetProgress("", 0, 0);
   }
   std::fprintf(stderr, "worker: terminating\n");
   if (health_updater.joinable()) health_updater.join();

@@ -235,7 +235,10 @@ class CoordinatorImpl : public Coordinator {
       if (slot == nullptr) continue;
       WorkerRuntime& rt = job->runtime[request.member_id()];
       rt.last_heartbeat_ms = now;
-      if (request.job_id() == id) ObserveClock(*job, rt, request.clock(), now);
+      if (request.job_id() == id &&
+          request.incarnation() == job->record.incarnation()) {
+        ObserveClock(*job, rt, request.clock(), now);
+      }
       FillAssignment(*job, *slot, a);
       return response;
     }
@@ -546,6 +549,7 @@ class CoordinatorImpl : public Coordinator {
     a->set_evaluator(slot.evaluator());
     a->set_membership_epoch(job.record.membership_epoch());
     a->set_start_step(slot.start_step());
+    a->set_incarnation(job.record.incarnation());
   }
 
   JobRecord Snapshot(const Job& job) const {
@@ -874,6 +878,20 @@ class CoordinatorImpl : public Coordinator {
   // Starts the oldest queued job if the cluster can hold it.
   void StartNextJob(Writes* writes);
   void Reconcile(const std::string& job_id);
+  // The job-wide rollback after shards lost the job (restarted): sets the
+  // job up again on every shard, at incarnation `incarnation`, from one
+  // checkpoint version (the newest the restarted shards restore; under BSP
+  // every shard at exactly that version). Runs without the lock.
+  struct Rollback {
+    absl::Status status;
+    int64_t version = 0;     // the restored version (BSP: of every shard)
+    int64_t start_step = 0;  // where the workers start again
+    std::string note;
+  };
+  Rollback RollBack(const std::string& job_id, const JobSpec& spec,
+                    const std::vector<std::string>& servers,
+                    const UpdateMembershipRequest& membership,
+                    int64_t incarnation, std::vector<int> lost);
 
   absl::Status Flush(Writes& writes) {
     absl::Status result;
@@ -1230,6 +1248,10 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
   UpdateMembershipRequest membership;
   JobState state;
   int num_shards = 0;
+  std::vector<std::string> servers;
+  bool all_up = true;
+  bool rollback_pending = false;
+  int64_t incarnation = 0;
   {
     absl::MutexLock l(&mu_);
     auto it = jobs_.find(job_id);
@@ -1239,6 +1261,15 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
     const int64_t now = clock_->NowMs();
     state = job.record.state();
     num_shards = job.record.servers_size();
+    servers.assign(job.record.servers().begin(), job.record.servers().end());
+    incarnation = job.record.incarnation();
+    for (const std::string& address : servers) {
+      all_up &= membership_.AliveServerAt(address).has_value();
+    }
+    // A rollback that did not reach every shard is tried again (with every
+    // shard up) until it does.
+    rollback_pending =
+        state == RUNNING && job.record.rollback_pending() && all_up;
     job.shards.resize(num_shards);
     for (int i = 0; i < num_shards; ++i) {
       ShardSync& s = job.shards[i];
@@ -1262,7 +1293,7 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
         }
       }
     }
-    if (actions.empty()) return;
+    if (actions.empty() && !rollback_pending) return;
     job.reconciling = true;
     spec = job.record.spec();
     membership.set_job_id(job_id);
@@ -1274,6 +1305,7 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
   std::vector<absl::Status> results(actions.size());
   std::vector<std::string> notes(actions.size());
   std::vector<std::optional<ShardStatus>> totals(actions.size());
+  std::vector<int> lost;  // shards that restarted without the job
   for (size_t k = 0; k < actions.size(); ++k) {
     const ShardAction& a = actions[k];
     GetShardStatusRequest status_req;
@@ -1301,27 +1333,14 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
       if (!st.ok() &&
           (st.status().code() == absl::StatusCode::kNotFound ||
            st.status().code() == absl::StatusCode::kFailedPrecondition)) {
-        // The shard restarted without the job: set it up again from its
-        // newest checkpoint.
-        SetupJobRequest req;
-        req.set_job_id(job_id);
-        *req.mutable_spec() = spec;
-        req.set_shard_index(a.shard);
-        req.set_num_shards(num_shards);
-        *req.mutable_worker_ids() = membership.worker_ids();
-        req.set_restore(true);
-        absl::StatusOr<SetupJobResponse> setup =
-            shards_->SetupJob(a.address, req);
-        if (!setup.ok()) {
-          results[k] = setup.status();
-          continue;
-        }
-        notes[k] = absl::StrCat(
-            "shard ", a.shard, " at ", a.address, " set up again",
-            setup->restored() ? absl::StrCat(" from its checkpoint at "
-                                             "version ",
-                                             setup->version())
-                              : std::string(" (no checkpoint found)"));
+        // The shard restarted without the job: the whole job rolls back to
+        // its newest checkpoint (below), once every shard is up.
+        lost.push_back(a.shard);
+        results[k] = all_up ? absl::OkStatus()
+                            : absl::UnavailableError(
+                                  "waiting for every shard to be up to roll "
+                                  "the job back");
+        continue;
       } else if (!st.ok()) {
         results[k] = st.status();
         continue;
@@ -1329,12 +1348,65 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
     }
     results[k] = shards_->UpdateMembership(a.address, membership).status();
   }
+  std::optional<Rollback> rollback;
+  if (state == RUNNING && all_up && (!lost.empty() || rollback_pending)) {
+    rollback = RollBack(job_id, spec, servers, membership, incarnation + 1,
+                        lost);
+    for (size_t k = 0; k < actions.size(); ++k) {
+      if (actions[k].kind != ShardAction::kCheck) continue;
+      if (!rollback->status.ok()) {
+        results[k] = rollback->status;
+      } else if (std::find(lost.begin(), lost.end(), actions[k].shard) !=
+                 lost.end()) {
+        notes[k] = absl::StrCat("shard ", actions[k].shard, " at ",
+                                actions[k].address, " set up again",
+                                rollback->version > 0
+                                    ? absl::StrCat(" from its checkpoint at "
+                                                   "version ",
+                                                   rollback->version)
+                                    : std::string(" (no checkpoint found)"));
+      }
+    }
+  }
   Writes writes;
   {
     absl::MutexLock l(&mu_);
     Job& job = *jobs_[job_id];
     job.reconciling = false;
     bool save = false;
+    if (rollback.has_value() && job.record.state() == RUNNING) {
+      if (rollback->status.ok()) {
+        // Every worker drops its step and starts again at the restored
+        // version: the new incarnation in its assignment tells it to.
+        const int64_t now = clock_->NowMs();
+        job.record.set_incarnation(incarnation + 1);
+        job.record.set_rollback_pending(false);
+        job.record.set_global_step(rollback->start_step);
+        for (WorkerSlot& slot : *job.record.mutable_slots()) {
+          if (!slot.active()) continue;
+          slot.set_start_step(rollback->start_step);
+          WorkerRuntime& rt = job.runtime[slot.member_id()];
+          rt.clock = rollback->start_step;
+          rt.clock_changed_ms = now;
+          rt.samples.clear();
+        }
+        for (ShardSync& sh : job.shards) {
+          sh.needs_check = false;
+          sh.synced_epoch = -1;  // resend the membership epoch
+          sh.have_counters = false;
+        }
+        AddEvent(job, "rollback", rollback->note, 0, &writes);
+        job.record.set_reason("running");
+      } else {
+        job.record.set_rollback_pending(true);
+        AddEvent(job, "rollback_failed",
+                 absl::StrCat("rolling the job back to a checkpoint failed (",
+                              rollback->status.message(), "); will retry"),
+                 0, &writes);
+      }
+      save = true;
+      Touch(job);
+    }
     for (size_t k = 0; k < actions.size(); ++k) {
       const ShardAction& a = actions[k];
       ShardSync& s = job.shards[a.shard];
@@ -1378,6 +1450,90 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
     if (save) SaveRecord(job, &writes);
   }
   Flush(writes).IgnoreError();
+}
+
+CoordinatorImpl::Rollback CoordinatorImpl::RollBack(
+    const std::string& job_id, const JobSpec& spec,
+    const std::vector<std::string>& servers,
+    const UpdateMembershipRequest& membership, int64_t incarnation,
+    std::vector<int> lost) {
+  Rollback out;
+  const int n = static_cast<int>(servers.size());
+  const bool bsp = spec.consistency().model() == ConsistencySpec::BSP;
+  std::vector<int64_t> version(n, -1);
+  // max_version < 0: the newest checkpoint; 0: none (initial weights).
+  auto setup = [&](int i, int64_t max_version) -> absl::Status {
+    SetupJobRequest req;
+    req.set_job_id(job_id);
+    *req.mutable_spec() = spec;
+    req.set_shard_index(i);
+    req.set_num_shards(n);
+    *req.mutable_worker_ids() = membership.worker_ids();
+    req.set_replace(true);
+    req.set_incarnation(incarnation);
+    if (max_version != 0) {
+      req.set_restore(true);
+      req.set_restore_max_version(std::max<int64_t>(max_version, 0));
+    }
+    absl::StatusOr<SetupJobResponse> r = shards_->SetupJob(servers[i], req);
+    if (!r.ok()) {
+      return Annotate(r.status(),
+                      absl::StrCat("shard ", i, " (", servers[i], ")"));
+    }
+    version[i] = r->version();
+    return absl::OkStatus();
+  };
+  if (lost.empty()) {  // a retried rollback: start from every shard
+    for (int i = 0; i < n; ++i) lost.push_back(i);
+  }
+  int64_t target = -1;
+  for (int i : lost) {
+    out.status = setup(i, -1);
+    if (!out.status.ok()) return out;
+    target = target < 0 ? version[i] : std::min(target, version[i]);
+  }
+  // The other shards go back to the same version (the newest checkpoint at
+  // or below it). Under BSP a shard without that checkpoint lowers the
+  // target for all; under ASP/SSP the shards may differ a little.
+  for (int round = 0; round <= n; ++round) {
+    bool lowered = false;
+    for (int i = 0; i < n; ++i) {
+      if (version[i] >= 0 && (bsp ? version[i] == target : true)) continue;
+      out.status = setup(i, target);
+      if (!out.status.ok()) return out;
+      if (version[i] < target) {
+        if (bsp) lowered = true;
+        target = bsp ? version[i] : target;
+      }
+    }
+    if (!lowered) break;
+  }
+  int64_t lowest = target;
+  for (int i = 0; i < n; ++i) {
+    if (bsp && version[i] != target) {
+      out.status = absl::InternalError(absl::StrCat(
+          "could not bring the shards to one checkpoint version (shard ", i,
+          " is at ", version[i], ", the others at ", target, ")"));
+      return out;
+    }
+    lowest = std::min(lowest, version[i]);
+  }
+  const int64_t workers =
+      std::max<int64_t>(1, membership.worker_ids_size());
+  out.version = target;
+  out.start_step = bsp ? target : lowest / workers;
+  std::vector<std::string> names;
+  for (int i : lost) names.push_back(absl::StrCat(i));
+  out.note = absl::StrCat(
+      "shard(s) ", absl::StrJoin(names, ", "), " restarted; every shard ",
+      target > 0 ? absl::StrCat("restored its checkpoint at version ",
+                                bsp ? absl::StrCat(target)
+                                    : absl::StrCat(lowest, "-", target))
+                 : std::string("restarted from the initial weights (no "
+                               "checkpoint)"),
+      "; the workers restart at step ", out.start_step, " (incarnation ",
+      incarnation, ")");
+  return out;
 }
 
 absl::StatusOr<ExplainJobResponse> CoordinatorImpl::ExplainJob(

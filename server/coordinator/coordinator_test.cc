@@ -27,8 +27,20 @@ class FakeShards : public ShardClient {
     if (!setup_error.ok()) return setup_error;
     jobs_[address].insert(request.job_id());
     SetupJobResponse r;
-    r.set_restored(request.restore());
-    r.set_version(request.restore() ? 40 : 0);
+    if (request.restore()) {
+      // The newest of the address's checkpoints within the bound.
+      auto it = checkpoints.find(address);
+      const std::vector<int64_t> have =
+          it == checkpoints.end() ? std::vector<int64_t>{40} : it->second;
+      for (int64_t v : have) {
+        if ((request.restore_max_version() == 0 ||
+             v <= request.restore_max_version()) &&
+            v > r.version()) {
+          r.set_version(v);
+        }
+      }
+      r.set_restored(r.version() > 0);
+    }
     return r;
   }
   absl::StatusOr<UpdateMembershipResponse> UpdateMembership(
@@ -69,6 +81,8 @@ class FakeShards : public ShardClient {
   std::vector<TeardownJobRequest> teardowns;
   absl::Status setup_error;
   ShardStatus status;
+  // Checkpoint versions per address (default: one at version 40).
+  std::map<std::string, std::vector<int64_t>> checkpoints;
 
  private:
   absl::Mutex mu_;
@@ -553,6 +567,77 @@ TEST_F(CoordinatorTest, RestartedServerIsSetUpAgainFromItsCheckpoint) {
   ASSERT_EQ(shards_.setups.size(), 2u);
   EXPECT_TRUE(shards_.setups[1].restore());
   EXPECT_TRUE(HasEvent(id, "server_restored"));
+}
+
+// A restarted shard brings the whole job back to one checkpoint version:
+// every shard is set up again (replace) at the next incarnation, from the
+// newest version all of them hold, and the workers restart there.
+TEST_F(CoordinatorTest, RestartedServerRollsTheJobBackToOneVersion) {
+  shards_.checkpoints["127.0.0.1:7001"] = {20, 60};
+  shards_.checkpoints["127.0.0.1:7002"] = {20, 40};
+  AddServer("127.0.0.1:7001");
+  AddServer("127.0.0.1:7002");
+  std::vector<int64_t> w = {AddWorker(), AddWorker()};
+  JobSpec spec = Spec(2);
+  const std::string id = Submit(spec);
+  coordinator_->Tick();
+  ASSERT_EQ(Job(id).state(), RUNNING) << Job(id).reason();
+  Advance(100, w, id, 57);
+  EXPECT_EQ(Job(id).global_step(), 57);
+  shards_.setups.clear();
+  shards_.Restart("127.0.0.1:7002");
+  AddServer("127.0.0.1:7002");
+  coordinator_->Tick();
+  // 7002 restores 40 (its newest); 7001 has nothing at 40 and restores 20;
+  // 7002 goes back to 20 as well.
+  std::vector<std::pair<int, int64_t>> calls;
+  for (const SetupJobRequest& r : shards_.setups) {
+    EXPECT_TRUE(r.replace());
+    EXPECT_EQ(r.incarnation(), 1);
+    calls.emplace_back(r.shard_index(), r.restore_max_version());
+  }
+  EXPECT_EQ(calls, (std::vector<std::pair<int, int64_t>>{
+                       {1, 0}, {0, 40}, {1, 20}}));
+  EXPECT_TRUE(HasEvent(id, "server_restored"));
+  EXPECT_TRUE(HasEvent(id, "rollback"));
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.state(), RUNNING);
+  EXPECT_EQ(r.incarnation(), 1);
+  EXPECT_EQ(r.global_step(), 20);
+  HeartbeatResponse hb = Beat(w[0], id, 57);  // not restarted yet
+  EXPECT_EQ(hb.assignment().incarnation(), 1);
+  EXPECT_EQ(hb.assignment().start_step(), 20);
+  EXPECT_EQ(Job(id).global_step(), 20) << "a clock from before the rollback";
+  HeartbeatRequest beat;
+  beat.set_member_id(w[1]);
+  beat.set_job_id(id);
+  beat.set_clock(23);
+  beat.set_incarnation(1);
+  ASSERT_TRUE(coordinator_->Heartbeat(beat).ok());
+  EXPECT_EQ(Job(id).global_step(), 23);
+  // The incarnation survives a coordinator restart.
+  Start();
+  EXPECT_EQ(Job(id).incarnation(), 1);
+}
+
+// A rollback that cannot reach a shard is retried until it does.
+TEST_F(CoordinatorTest, FailedRollbackIsRetried) {
+  std::vector<int64_t> w;
+  const std::string id = RunningJob(1, Spec(1), &w);
+  shards_.Restart("127.0.0.1:7001");
+  shards_.setup_error = absl::UnavailableError("connection refused");
+  AddServer("127.0.0.1:7001");
+  coordinator_->Tick();
+  EXPECT_TRUE(HasEvent(id, "rollback_failed"));
+  EXPECT_TRUE(Job(id).rollback_pending());
+  EXPECT_EQ(Job(id).incarnation(), 0);
+  shards_.setup_error = absl::OkStatus();
+  Advance(1000, w, id, 5);
+  JobRecord r = Job(id);
+  EXPECT_FALSE(r.rollback_pending());
+  EXPECT_EQ(r.incarnation(), 1);
+  EXPECT_EQ(r.global_step(), 40);
+  EXPECT_TRUE(HasEvent(id, "rollback"));
 }
 
 TEST_F(CoordinatorTest, DroppedGradientsBecomeEventsAndTotals) {

@@ -62,6 +62,15 @@ std::string FormatExplanation(const ExplainInput& in) {
   absl::StrAppend(&t, "consistency: ", bound, "; heartbeat timeout ",
                   Seconds(c.heartbeat_timeout_ms()), "; membership epoch ",
                   r.membership_epoch(), "\n");
+  if (r.incarnation() > 0 || r.rollback_pending()) {
+    absl::StrAppend(&t, "rollbacks: ", r.incarnation(),
+                    " (a shard restarted and the job went back to its "
+                    "checkpoint)",
+                    r.rollback_pending() ? "; one is pending (a shard is not "
+                                           "reachable yet)"
+                                         : "",
+                    "\n");
+  }
   std::map<int64_t, int> rank_of;
   for (const WorkerSlot& s : r.slots()) {
     if (s.active()) rank_of[s.member_id()] = s.rank();
