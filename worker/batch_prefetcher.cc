@@ -76,7 +76,9 @@ class BatchPrefetcherImpl : public BatchPrefetcher {
             static_cast<size_t>(options_.batch_size) *
             (dataset_->example_size() * sizeof(float) + sizeof(int32_t))),
         consumer_epoch_(options_.first_epoch - 1),
-        cursor_epoch_(options_.first_epoch) {
+        cursor_epoch_(options_.first_epoch),
+        cursor_position_(options_.first_batch * options_.batch_size),
+        cursor_batch_(options_.first_batch) {
     assignments_[options_.first_epoch] = options_.assignment;
     if (!options_.allocator) {
       options_.allocator = [](size_t bytes) {
@@ -381,11 +383,13 @@ absl::StatusOr<std::unique_ptr<BatchPrefetcher>> BatchPrefetcher::Create(
         " pixels and ", dataset->labels.size(), " labels"));
   }
   if (options.batch_size < 1 || options.prefetch_batches < 1 ||
-      options.first_epoch < 0 || options.num_epochs < 0) {
+      options.first_epoch < 0 || options.num_epochs < 0 ||
+      options.first_batch < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad prefetcher options: batch_size ", options.batch_size,
         ", prefetch_batches ", options.prefetch_batches, ", first_epoch ",
-        options.first_epoch, ", num_epochs ", options.num_epochs));
+        options.first_epoch, ", first_batch ", options.first_batch,
+        ", num_epochs ", options.num_epochs));
   }
   if (absl::Status valid = ValidateAssignment(options.assignment);
       !valid.ok()) {

@@ -90,6 +90,9 @@ struct PrefetcherOptions {
   uint64_t seed = 0;  // the job's shuffle seed: the same on every worker
   ShardAssignment assignment;
   int64_t first_epoch = 0;  // a rejoining worker starts mid-job
+  // Batches of first_epoch to skip: a worker restarting at a step in the
+  // middle of an epoch continues with the batch that step had.
+  int64_t first_batch = 0;
   int64_t num_epochs = 0;   // 0: unbounded
   HostAllocator allocator;  // empty: HeapHostBuffer
 };

@@ -136,6 +136,39 @@ TEST(BatchPrefetcher, DeliversEachShardExampleOncePerEpochInShuffleOrder) {
   }
 }
 
+// A worker restarting mid-epoch (a rollback to step S) continues with the
+// batch step S had: first_batch batches of first_epoch are skipped.
+TEST(BatchPrefetcher, StartsAtABatchInTheMiddleOfAnEpoch) {
+  std::shared_ptr<const Dataset> dataset = Synthetic(1000);
+  PrefetcherOptions options;
+  options.batch_size = 64;
+  options.seed = 99;
+  options.assignment = ShardAssignment{{1}, 3};
+  options.first_epoch = 1;
+  options.first_batch = 2;
+  options.num_epochs = 2;
+  auto prefetcher = BatchPrefetcher::Create(dataset, options);
+  ASSERT_TRUE(prefetcher.ok()) << prefetcher.status();
+  const std::vector<Batch> batches = Drain(**prefetcher);
+  std::vector<int64_t> want =
+      Expected(1000, 1, 99, options.assignment, 64, true);
+  want.erase(want.begin(), want.begin() + 2 * 64);
+  const std::vector<int64_t> next_epoch =
+      Expected(1000, 2, 99, options.assignment, 64, true);
+  want.insert(want.end(), next_epoch.begin(), next_epoch.end());
+  std::vector<int64_t> got;
+  ASSERT_FALSE(batches.empty());
+  EXPECT_EQ(batches[0].epoch, 1);
+  EXPECT_EQ(batches[0].index, 2);
+  for (const Batch& b : batches) {
+    got.insert(got.end(), b.example_ids.begin(), b.example_ids.end());
+  }
+  EXPECT_EQ(got, want);
+  options.first_batch = -1;
+  EXPECT_EQ(BatchPrefetcher::Create(dataset, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(BatchPrefetcher, ShutsDownCleanlyMidEpoch) {
   std::shared_ptr<const Dataset> dataset = Synthetic(5000);
   PrefetcherOptions options;
