@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <limits>
+#include <thread>
 #include <utility>
 
 #include "absl/base/call_once.h"
@@ -95,6 +97,7 @@ constexpr char kPushMethod[] = "/ps.ParameterService/Push";
 constexpr char kPullMethod[] = "/ps.ParameterService/Pull";
 constexpr int kPushChunksField = 6;
 constexpr int kPullChunksField = 2;
+constexpr int kPushPulledChunksField = 7;  // PushResponse.pulled_chunks
 
 class ClientImpl;
 
@@ -107,6 +110,9 @@ struct Call : std::enable_shared_from_this<Call> {
   const char* method = nullptr;
   std::function<grpc::ByteBuffer()> encode;  // again on every attempt
   std::function<absl::Status(const grpc::ByteBuffer&)> on_response;
+  // Run once the call has finished (after `ticket` is completed), with its
+  // final status.
+  std::function<void(const absl::Status&)> after;
   std::unique_ptr<grpc::ClientContext> context;
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
@@ -163,6 +169,13 @@ class ClientImpl final : public ParameterClient {
           +[](int* n) { return *n == 0; }, &in_flight_));
       finished.swap(finished_contexts_);
     }
+    if (sender_.joinable()) {
+      {
+        absl::MutexLock l(&send_mu_);
+        send_stop_ = true;
+      }
+      sender_.join();
+    }
   }
 
   absl::Status Connect() {
@@ -180,23 +193,43 @@ class ClientImpl final : public ParameterClient {
       stubs_.push_back(std::move(stubs));
     }
     next_stub_ = std::vector<std::atomic<uint32_t>>(placement_.num_shards);
+    if (options_.send_thread) sender_ = std::thread([this] { SendLoop(); });
     return absl::OkStatus();
   }
 
   Ticket PullAll(int64_t clock, int64_t min_version,
                  std::vector<absl::Span<float>> tensors) override;
   Ticket PushTensor(int tensor_index, absl::Span<const float> grad,
-                    int64_t clock, int64_t base_version) override;
+                    int64_t clock, int64_t base_version) override {
+    return PushTensors({{tensor_index, grad}}, clock, base_version);
+  }
+  Ticket PushTensors(std::vector<TensorGrad> grads, int64_t clock,
+                     int64_t base_version) override;
   Ticket EndStep(int64_t clock, int64_t base_version) override;
+  StepTickets EndStepAndPull(std::vector<TensorGrad> grads, int64_t clock,
+                             int64_t base_version, int64_t next_clock,
+                             int64_t min_version,
+                             std::vector<absl::Span<float>> tensors) override;
   const Placement& placement() const override { return placement_; }
 
   void Start(std::shared_ptr<Call> call);
   void Done(std::shared_ptr<Call> call, const grpc::Status& status);
+  // Starts a call made on the caller's thread: on the send thread if there
+  // is one, else at once.
+  void Launch(std::shared_ptr<Call> call) {
+    if (!options_.send_thread) {
+      Start(std::move(call));
+      return;
+    }
+    absl::MutexLock l(&send_mu_);
+    send_queue_.push_back(std::move(call));
+  }
 
  private:
   std::shared_ptr<Call> NewCall(const std::shared_ptr<TicketState>& ticket,
-                                int shard, const char* method) {
-    ReapContexts();
+                                int shard, const char* method,
+                                bool reap = true) {
+    if (reap) ReapContexts();
     auto call = std::make_shared<Call>();
     call->client = this;
     call->ticket = ticket;
@@ -213,6 +246,7 @@ class ClientImpl final : public ParameterClient {
   void Finish(const std::shared_ptr<Call>& call, const absl::Status& s) {
     RetireContext(call);
     call->ticket->Complete(s);
+    if (call->after) call->after(s);
     absl::MutexLock l(&mu_);
     --in_flight_;
   }
@@ -239,9 +273,45 @@ class ClientImpl final : public ParameterClient {
                              finished_contexts_.begin() + n);
     // Destroyed after the lock is released (declaration order).
   }
+  // Checks the buffers PullAll / EndStepAndPull write into.
+  absl::Status CheckTensors(absl::string_view what,
+                            const std::vector<absl::Span<float>>& tensors);
+  // Each shard's messages (chunk lists of at most max_request_bytes) for
+  // `grads`; borrows fp32 gradient memory.
+  absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>> Split(
+      absl::string_view what, const std::vector<TensorGrad>& grads);
+  // Starts the Pull of one group of a shard's chunks into `tensors`.
+  void StartPull(const std::shared_ptr<TicketState>& ticket, int shard,
+                 const std::vector<int64_t>& group, int64_t clock,
+                 int64_t min_version,
+                 const std::vector<absl::Span<float>>& tensors, bool reap);
+  // The header of a push to `shard`, taking its next sequence number.
+  PushRequest PushHeader(int shard, int64_t clock, int64_t base_version,
+                         bool end_of_step);
   Ticket SendPush(int shard, std::vector<ChunkOut> chunks, int64_t clock,
                   int64_t base_version, bool end_of_step,
                   const std::shared_ptr<TicketState>& ticket);
+
+  // The send thread: starts queued calls in order.
+  void SendLoop() {
+    std::vector<std::shared_ptr<Call>> batch;
+    for (;;) {
+      {
+        absl::MutexLock l(&send_mu_);
+        send_mu_.Await(absl::Condition(
+            +[](ClientImpl* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->send_mu_) {
+              return c->send_stop_ || !c->send_queue_.empty();
+            },
+            this));
+        if (send_queue_.empty()) return;
+        batch.assign(std::make_move_iterator(send_queue_.begin()),
+                     std::make_move_iterator(send_queue_.end()));
+        send_queue_.clear();
+      }
+      for (std::shared_ptr<Call>& call : batch) Start(std::move(call));
+      batch.clear();
+    }
+  }
 
   const ParameterClientOptions options_;
   const std::string job_id_;
@@ -257,6 +327,10 @@ class ClientImpl final : public ParameterClient {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::unique_ptr<grpc::ClientContext>> finished_contexts_
       ABSL_GUARDED_BY(mu_);
+  absl::Mutex send_mu_;
+  std::deque<std::shared_ptr<Call>> send_queue_ ABSL_GUARDED_BY(send_mu_);
+  bool send_stop_ ABSL_GUARDED_BY(send_mu_) = false;
+  std::thread sender_;
 };
 
 void ClientImpl::Start(std::shared_ptr<Call> call) {
@@ -299,100 +373,120 @@ void ClientImpl::Done(std::shared_ptr<Call> call, const grpc::Status& status) {
                                   "), attempt ", call->attempt)));
 }
 
-Ticket ClientImpl::PullAll(int64_t clock, int64_t min_version,
-                           std::vector<absl::Span<float>> tensors) {
-  auto ticket = std::make_shared<TicketState>();
+// Copies one pulled chunk from the received slices into its tensor.
+absl::Status StoreChunk(const Placement& p,
+                        const std::vector<absl::Span<float>>& tensors,
+                        const ChunkView& c,
+                        absl::Span<const absl::string_view> segs) {
+  if (c.chunk_id < 0 || c.chunk_id >= static_cast<int64_t>(p.chunks.size())) {
+    return absl::InternalError(
+        absl::StrCat("server sent unknown chunk ", c.chunk_id));
+  }
+  const Chunk& chunk = p.chunks[c.chunk_id];
+  const DType dtype = c.dtype == DTYPE_UNSPECIFIED ? FLOAT32 : c.dtype;
+  const int size = DTypeSize(dtype);
+  if (c.num_elements != chunk.num_elements || size == 0 ||
+      c.data.size() != static_cast<size_t>(chunk.num_elements) * size) {
+    return absl::InternalError(absl::StrCat(
+        "server sent chunk ", c.chunk_id, " with ", c.num_elements,
+        " elements / ", c.data.size(), " bytes; expected ", chunk.num_elements,
+        " elements"));
+  }
+  absl::Span<float> out =
+      tensors[chunk.tensor_index].subspan(chunk.offset, chunk.num_elements);
+  if (size == 4) {
+    // Straight from the receive slices into the tensor.
+    char* dst = reinterpret_cast<char*>(out.data());
+    for (absl::string_view seg : segs) {
+      std::memcpy(dst, seg.data(), seg.size());
+      dst += seg.size();
+    }
+    return absl::OkStatus();
+  }
+  std::string joined;
+  for (absl::string_view seg : segs) joined.append(seg.data(), seg.size());
+  return WidenToFloat(dtype, joined, out);
+}
+
+absl::Status ClientImpl::CheckTensors(
+    absl::string_view what, const std::vector<absl::Span<float>>& tensors) {
   if (tensors.size() != placement_.tensor_elements.size()) {
-    ticket->status = absl::InvalidArgumentError(absl::StrCat(
-        "PullAll: ", tensors.size(), " tensor buffers for a model of ",
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", tensors.size(), " tensor buffers for a model of ",
         placement_.tensor_elements.size(), " tensors"));
-    return Ticket(ticket);
   }
   for (size_t t = 0; t < tensors.size(); ++t) {
     if (static_cast<int64_t>(tensors[t].size()) !=
         placement_.tensor_elements[t]) {
-      ticket->status = absl::InvalidArgumentError(absl::StrCat(
-          "PullAll: tensor ", t, " buffer holds ", tensors[t].size(),
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": tensor ", t, " buffer holds ", tensors[t].size(),
           " floats, the model says ", placement_.tensor_elements[t]));
-      return Ticket(ticket);
     }
+  }
+  return absl::OkStatus();
+}
+
+void ClientImpl::StartPull(const std::shared_ptr<TicketState>& ticket,
+                           int shard, const std::vector<int64_t>& group,
+                           int64_t clock, int64_t min_version,
+                           const std::vector<absl::Span<float>>& tensors,
+                           bool reap) {
+  auto call = NewCall(ticket, shard, kPullMethod, reap);
+  PullRequest request;
+  request.set_job_id(job_id_);
+  request.set_worker_id(worker_id_);
+  request.set_clock(clock);
+  request.set_min_version(min_version);
+  request.set_dtype(options_.wire_dtype);
+  for (int64_t id : group) request.add_chunk_ids(id);
+  call->encode = [bytes = request.SerializeAsString()] {
+    grpc::Slice slice(bytes);
+    return grpc::ByteBuffer(&slice, 1);
+  };
+  const Placement* p = &placement_;
+  std::atomic<int64_t>* pulled_version = &pulled_version_[shard];
+  call->on_response = [p, tensors, ticket,
+                       pulled_version](const grpc::ByteBuffer& buffer) {
+    PullResponse header;
+    std::vector<grpc::Slice> slices;
+    PS_RETURN_IF_ERROR(DecodeSegmented(
+        buffer, kPullChunksField, &header, &slices,
+        [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
+          return StoreChunk(*p, tensors, c, segs);
+        }));
+    pulled_version->store(header.version());
+    absl::MutexLock l(&ticket->mu);
+    ticket->version = std::min(ticket->version, header.version());
+    ticket->min_clock = std::min(ticket->min_clock, header.min_clock());
+    return absl::OkStatus();
+  };
+  if (reap) {
+    Launch(std::move(call));
+  } else {
+    Start(std::move(call));
+  }
+}
+
+Ticket ClientImpl::PullAll(int64_t clock, int64_t min_version,
+                           std::vector<absl::Span<float>> tensors) {
+  auto ticket = std::make_shared<TicketState>();
+  if (absl::Status s = CheckTensors("PullAll", tensors); !s.ok()) {
+    ticket->status = s;
+    return Ticket(ticket);
   }
   int total = 0;
   for (const auto& groups : pull_groups_) total += groups.size();
   ticket->Add(total);
   for (int s = 0; s < placement_.num_shards; ++s) {
     for (const std::vector<int64_t>& group : pull_groups_[s]) {
-      auto call = NewCall(ticket, s, kPullMethod);
-      PullRequest request;
-      request.set_job_id(job_id_);
-      request.set_worker_id(worker_id_);
-      request.set_clock(clock);
-      request.set_min_version(min_version);
-      request.set_dtype(options_.wire_dtype);
-      for (int64_t id : group) request.add_chunk_ids(id);
-      call->encode = [bytes = request.SerializeAsString()] {
-        grpc::Slice slice(bytes);
-        return grpc::ByteBuffer(&slice, 1);
-      };
-      const Placement* p = &placement_;
-      std::atomic<int64_t>* pulled_version = &pulled_version_[s];
-      call->on_response = [p, tensors, ticket,
-                           pulled_version](const grpc::ByteBuffer& buffer) {
-        PullResponse header;
-        std::vector<grpc::Slice> slices;
-        PS_RETURN_IF_ERROR(DecodeSegmented(
-            buffer, kPullChunksField, &header, &slices,
-            [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
-              if (c.chunk_id < 0 ||
-                  c.chunk_id >= static_cast<int64_t>(p->chunks.size())) {
-                return absl::InternalError(
-                    absl::StrCat("server sent unknown chunk ", c.chunk_id));
-              }
-              const Chunk& chunk = p->chunks[c.chunk_id];
-              const DType dtype =
-                  c.dtype == DTYPE_UNSPECIFIED ? FLOAT32 : c.dtype;
-              const int size = DTypeSize(dtype);
-              if (c.num_elements != chunk.num_elements || size == 0 ||
-                  c.data.size() !=
-                      static_cast<size_t>(chunk.num_elements) * size) {
-                return absl::InternalError(absl::StrCat(
-                    "server sent chunk ", c.chunk_id, " with ", c.num_elements,
-                    " elements / ", c.data.size(), " bytes; expected ",
-                    chunk.num_elements, " elements"));
-              }
-              absl::Span<float> out = tensors[chunk.tensor_index].subspan(
-                  chunk.offset, chunk.num_elements);
-              if (size == 4) {
-                // Straight from the receive slices into the tensor.
-                char* dst = reinterpret_cast<char*>(out.data());
-                for (absl::string_view seg : segs) {
-                  std::memcpy(dst, seg.data(), seg.size());
-                  dst += seg.size();
-                }
-                return absl::OkStatus();
-              }
-              std::string joined;
-              for (absl::string_view seg : segs)
-                joined.append(seg.data(), seg.size());
-              return WidenToFloat(dtype, joined, out);
-            }));
-        pulled_version->store(header.version());
-        absl::MutexLock l(&ticket->mu);
-        ticket->version = std::min(ticket->version, header.version());
-        ticket->min_clock = std::min(ticket->min_clock, header.min_clock());
-        return absl::OkStatus();
-      };
-      Start(call);
+      StartPull(ticket, s, group, clock, min_version, tensors, true);
     }
   }
   return Ticket(ticket);
 }
 
-Ticket ClientImpl::SendPush(int shard, std::vector<ChunkOut> chunks,
-                            int64_t clock, int64_t base_version,
-                            bool end_of_step,
-                            const std::shared_ptr<TicketState>& ticket) {
-  auto call = NewCall(ticket, shard, kPushMethod);
+PushRequest ClientImpl::PushHeader(int shard, int64_t clock,
+                                   int64_t base_version, bool end_of_step) {
   PushRequest header;
   header.set_job_id(job_id_);
   header.set_worker_id(worker_id_);
@@ -402,79 +496,117 @@ Ticket ClientImpl::SendPush(int shard, std::vector<ChunkOut> chunks,
                               ? pulled_version_[shard].load()
                               : base_version);
   header.set_end_of_step(end_of_step);
-  call->encode = [header = std::move(header), chunks = std::move(chunks)] {
-    return EncodeWithPayloads(header, kPushChunksField, chunks);
-  };
-  call->on_response = [ticket](const grpc::ByteBuffer& buffer) {
-    std::vector<grpc::Slice> slices;
-    std::string bytes;
-    if (buffer.Dump(&slices).ok()) {
+  return header;
+}
+
+// Parses a PushResponse without payloads.
+absl::StatusOr<PushResponse> ParsePushResponse(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  PushResponse response;
+  bool parsed = false;
+  if (buffer.Dump(&slices).ok()) {
+    if (slices.size() == 1) {
+      parsed = response.ParseFromArray(slices[0].begin(),
+                                       static_cast<int>(slices[0].size()));
+    } else {
+      std::string bytes;
       for (const grpc::Slice& s : slices) {
         bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
       }
+      parsed = response.ParseFromString(bytes);
     }
-    PushResponse response;
-    if (!response.ParseFromString(bytes)) {
-      return absl::InternalError("malformed PushResponse");
-    }
-    absl::MutexLock l(&ticket->mu);
-    ticket->version = std::min(ticket->version, response.version());
-    ticket->duplicates += response.duplicate() ? 1 : 0;
-    ticket->dropped += response.dropped() ? 1 : 0;
+  }
+  if (!parsed) return absl::InternalError("malformed PushResponse");
+  return response;
+}
+
+void RecordPush(TicketState& ticket, const PushResponse& response) {
+  absl::MutexLock l(&ticket.mu);
+  ticket.version = std::min(ticket.version, response.version());
+  ticket.duplicates += response.duplicate() ? 1 : 0;
+  ticket.dropped += response.dropped() ? 1 : 0;
+}
+
+Ticket ClientImpl::SendPush(int shard, std::vector<ChunkOut> chunks,
+                            int64_t clock, int64_t base_version,
+                            bool end_of_step,
+                            const std::shared_ptr<TicketState>& ticket) {
+  auto call = NewCall(ticket, shard, kPushMethod);
+  call->encode = [header = PushHeader(shard, clock, base_version, end_of_step),
+                  chunks = std::move(chunks)] {
+    return EncodeWithPayloads(header, kPushChunksField, chunks);
+  };
+  call->on_response = [ticket](const grpc::ByteBuffer& buffer) {
+    PS_ASSIGN_OR_RETURN(PushResponse response, ParsePushResponse(buffer));
+    RecordPush(*ticket, response);
     return absl::OkStatus();
   };
-  Start(call);
+  Launch(std::move(call));
   return Ticket(ticket);
 }
 
-Ticket ClientImpl::PushTensor(int tensor_index, absl::Span<const float> grad,
-                              int64_t clock, int64_t base_version) {
-  auto ticket = std::make_shared<TicketState>();
-  if (tensor_index < 0 ||
-      tensor_index >= static_cast<int>(tensor_chunks_.size()) ||
-      static_cast<int64_t>(grad.size()) !=
-          placement_.tensor_elements[tensor_index]) {
-    ticket->status = absl::InvalidArgumentError(
-        absl::StrCat("PushTensor: tensor ", tensor_index, " with ", grad.size(),
-                     " floats does not match the placement"));
-    return Ticket(ticket);
-  }
+absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>>
+ClientImpl::Split(absl::string_view what,
+                  const std::vector<TensorGrad>& grads) {
   const DType dtype = options_.wire_dtype;
   const int size = DTypeSize(dtype);
   // Messages per shard, each at most max_request_bytes of payload.
   std::vector<std::vector<std::vector<ChunkOut>>> messages(
       placement_.num_shards);
   std::vector<int64_t> bytes(placement_.num_shards, 0);
-  for (int64_t id : tensor_chunks_[tensor_index]) {
-    const Chunk& c = placement_.chunks[id];
-    const absl::Span<const float> part = grad.subspan(c.offset, c.num_elements);
-    ChunkOut out;
-    out.chunk_id = id;
-    out.dtype = dtype;
-    out.num_elements = c.num_elements;
-    if (size == 4) {
-      out.data = BorrowSlice(absl::string_view(
-          reinterpret_cast<const char*>(part.data()), part.size() * 4));
-    } else {
-      char* data = nullptr;
-      out.data = AllocateSlice(part.size() * size, &data);
-      NarrowFromFloat(dtype, part, data);
+  for (const TensorGrad& g : grads) {
+    if (g.tensor_index < 0 ||
+        g.tensor_index >= static_cast<int>(tensor_chunks_.size()) ||
+        static_cast<int64_t>(g.grad.size()) !=
+            placement_.tensor_elements[g.tensor_index]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": tensor ", g.tensor_index, " with ", g.grad.size(),
+          " floats does not match the placement"));
     }
-    auto& shard_messages = messages[c.shard];
-    const int64_t b = c.num_elements * size;
-    if (shard_messages.empty() ||
-        bytes[c.shard] + b > options_.max_request_bytes) {
-      shard_messages.emplace_back();
-      bytes[c.shard] = 0;
+    for (int64_t id : tensor_chunks_[g.tensor_index]) {
+      const Chunk& c = placement_.chunks[id];
+      const absl::Span<const float> part =
+          g.grad.subspan(c.offset, c.num_elements);
+      ChunkOut out;
+      out.chunk_id = id;
+      out.dtype = dtype;
+      out.num_elements = c.num_elements;
+      if (size == 4) {
+        out.data = BorrowSlice(absl::string_view(
+            reinterpret_cast<const char*>(part.data()), part.size() * 4));
+      } else {
+        char* data = nullptr;
+        out.data = AllocateSlice(part.size() * size, &data);
+        NarrowFromFloat(dtype, part, data);
+      }
+      auto& shard_messages = messages[c.shard];
+      const int64_t b = c.num_elements * size;
+      if (shard_messages.empty() ||
+          bytes[c.shard] + b > options_.max_request_bytes) {
+        shard_messages.emplace_back();
+        bytes[c.shard] = 0;
+      }
+      shard_messages.back().push_back(std::move(out));
+      bytes[c.shard] += b;
     }
-    shard_messages.back().push_back(std::move(out));
-    bytes[c.shard] += b;
+  }
+  return messages;
+}
+
+Ticket ClientImpl::PushTensors(std::vector<TensorGrad> grads, int64_t clock,
+                               int64_t base_version) {
+  auto ticket = std::make_shared<TicketState>();
+  absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>> messages =
+      Split("PushTensors", grads);
+  if (!messages.ok()) {
+    ticket->status = messages.status();
+    return Ticket(ticket);
   }
   int total = 0;
-  for (const auto& m : messages) total += m.size();
+  for (const auto& m : *messages) total += m.size();
   ticket->Add(total);
   for (int s = 0; s < placement_.num_shards; ++s) {
-    for (auto& m : messages[s]) {
+    for (auto& m : (*messages)[s]) {
       SendPush(s, std::move(m), clock, base_version, false, ticket);
     }
   }
@@ -488,6 +620,96 @@ Ticket ClientImpl::EndStep(int64_t clock, int64_t base_version) {
     SendPush(s, {}, clock, base_version, true, ticket);
   }
   return Ticket(ticket);
+}
+
+ParameterClient::StepTickets ClientImpl::EndStepAndPull(
+    std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
+    int64_t next_clock, int64_t min_version,
+    std::vector<absl::Span<float>> tensors) {
+  auto end = std::make_shared<TicketState>();
+  auto pull = std::make_shared<TicketState>();
+  absl::Status bad = CheckTensors("EndStepAndPull", tensors);
+  absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>> messages =
+      Split("EndStepAndPull", grads);
+  if (bad.ok() && !messages.ok()) bad = messages.status();
+  if (!bad.ok()) {
+    end->status = bad;
+    pull->status = bad;
+    return {Ticket(end), Ticket(pull)};
+  }
+  int pushes = 0, pulls = 0;
+  for (int s = 0; s < placement_.num_shards; ++s) {
+    pushes += std::max<int>(1, (*messages)[s].size());
+    pulls += pull_groups_[s].size();
+  }
+  end->Add(pushes);
+  pull->Add(pulls);
+  for (int s = 0; s < placement_.num_shards; ++s) {
+    std::vector<std::vector<ChunkOut>>& shard_messages = (*messages)[s];
+    if (shard_messages.empty()) shard_messages.emplace_back();
+    for (size_t m = 0; m + 1 < shard_messages.size(); ++m) {
+      SendPush(s, std::move(shard_messages[m]), clock, base_version, false,
+               end);
+    }
+    // The last message ends the step and brings back the first pull group.
+    const std::vector<std::vector<int64_t>>& groups = pull_groups_[s];
+    PushRequest header = PushHeader(s, clock, base_version, true);
+    PullRequest* then = header.mutable_then_pull();
+    then->set_clock(next_clock);
+    then->set_min_version(min_version);
+    then->set_dtype(options_.wire_dtype);
+    for (int64_t id : groups[0]) then->add_chunk_ids(id);
+    auto call = NewCall(end, s, kPushMethod);
+    call->encode = [header = std::move(header),
+                    chunks = std::move(shard_messages.back())] {
+      return EncodeWithPayloads(header, kPushChunksField, chunks);
+    };
+    // Whether the response carried the weights (a server that predates
+    // then_pull ignores it and answers a plain push).
+    auto pulled = std::make_shared<std::atomic<bool>>(false);
+    const Placement* p = &placement_;
+    std::atomic<int64_t>* pulled_version = &pulled_version_[s];
+    call->on_response = [p, tensors, end, pull, pulled,
+                         pulled_version](const grpc::ByteBuffer& buffer) {
+      PushResponse response;
+      std::vector<grpc::Slice> slices;
+      PS_RETURN_IF_ERROR(DecodeSegmented(
+          buffer, kPushPulledChunksField, &response, &slices,
+          [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
+            return StoreChunk(*p, tensors, c, segs);
+          }));
+      RecordPush(*end, response);
+      if (response.pulled()) {
+        pulled_version->store(response.pulled_version());
+        pulled->store(true);
+        absl::MutexLock l(&pull->mu);
+        pull->version = std::min(pull->version, response.pulled_version());
+        pull->min_clock =
+            std::min(pull->min_clock, response.pulled_min_clock());
+      }
+      return absl::OkStatus();
+    };
+    // Runs on a gRPC callback thread: the follow-up pulls must not reap
+    // contexts there.
+    call->after = [this, pull, pulled, s, next_clock, min_version,
+                   tensors](const absl::Status& status) {
+      const std::vector<std::vector<int64_t>>& groups = pull_groups_[s];
+      if (!status.ok()) {
+        for (size_t g = 0; g < groups.size(); ++g) pull->Complete(status);
+        return;
+      }
+      if (pulled->load()) {
+        pull->Complete(absl::OkStatus());
+      } else {
+        StartPull(pull, s, groups[0], next_clock, min_version, tensors, false);
+      }
+      for (size_t g = 1; g < groups.size(); ++g) {
+        StartPull(pull, s, groups[g], next_clock, min_version, tensors, false);
+      }
+    };
+    Launch(std::move(call));
+  }
+  return {Ticket(end), Ticket(pull)};
 }
 
 }  // namespace

@@ -49,14 +49,27 @@ struct ParameterClientOptions {
   absl::Duration call_timeout = absl::Seconds(30);
   RetryPolicy retry;
   DType wire_dtype = FLOAT32;  // FLOAT16 / BFLOAT16 halve the bytes
-  // The job incarnation (WorkerAssignment.incarnation): push sequence
+  // The job's incarnation (WorkerAssignment.incarnation): push sequence
   // numbers are SeqBase(incarnation) + 1, + 2, ... (common/rpc.h).
   int64_t incarnation = 0;
+  // Start RPCs on a thread of the client's instead of the caller's: gRPC
+  // writes a request on the thread that starts it, so without this a
+  // PushTensor of a big tensor costs its caller the send (and on loopback
+  // the receiver's TCP processing too). For callers with work to overlap
+  // (a worker pushing during backward); costs a thread hand-off per call.
+  bool send_thread = false;
 };
 
 namespace internal {
 struct TicketState;
 }
+
+// One tensor's whole gradient: placement.tensor_elements[tensor_index]
+// floats.
+struct TensorGrad {
+  int tensor_index = 0;
+  absl::Span<const float> grad;
+};
 
 // The outcome of one asynchronous operation (possibly many RPCs).
 class Ticket {
@@ -114,11 +127,40 @@ class ParameterClient {
                             int64_t clock,
                             int64_t base_version = kPulledVersion) = 0;
 
+  // The same for several tensors, coalesced: each shard gets one message
+  // (or more, of at most max_request_bytes each) for all of them, which
+  // saves RPCs when tensors are small (biases, output layers).
+  virtual Ticket PushTensors(std::vector<TensorGrad> grads, int64_t clock,
+                             int64_t base_version = kPulledVersion) = 0;
+
   // Marks the end of the worker's step `clock` on every shard (after all of
   // the step's PushTensor calls were issued; the server orders them by
   // sequence number, so there is no need to wait for them first).
   virtual Ticket EndStep(int64_t clock,
                          int64_t base_version = kPulledVersion) = 0;
+
+  // EndStep fused with the step's last pushes and the next step's pull:
+  // each shard gets `grads` (its chunks of them, as PushTensors) with the
+  // end-of-step mark on the last message, and that message asks the shard
+  // to answer, once the push is done, with the weights PullAll(next_clock,
+  // min_version, tensors) would get (waiting just as long). One round trip
+  // per shard then ends a step and fetches the next step's weights (shards
+  // whose chunks exceed one message fetch the rest with Pull calls started
+  // when the end of step is acknowledged). `end` covers the grads' pushes
+  // and the end of step (its version: the lowest the shards reported), and
+  // since the shards answer the end of step only with the weights, it
+  // completes no earlier than the pull's first part (BSP: once the step has
+  // closed). `pull` completes like PullAll's ticket (the pulled version and
+  // min clock). When the end of step fails, so does the pull; a retried
+  // end of step is not applied twice and pulls again.
+  struct StepTickets {
+    Ticket end;
+    Ticket pull;
+  };
+  virtual StepTickets EndStepAndPull(std::vector<TensorGrad> grads,
+                                     int64_t clock, int64_t base_version,
+                                     int64_t next_clock, int64_t min_version,
+                                     std::vector<absl::Span<float>> tensors) = 0;
 
   virtual const Placement& placement() const = 0;
 };

@@ -18,6 +18,7 @@ namespace {
 
 constexpr int kPushChunksField = 6;
 constexpr int kPullChunksField = 2;
+constexpr int kPushPulledChunksField = 7;  // PushResponse.pulled_chunks
 
 // Fixed threads draining a queue of tasks; Stop runs what is queued, then
 // joins.
@@ -146,6 +147,16 @@ class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
                     absl::Now() + options_.max_wait);
   }
 
+  // Pulls `request` (job and worker already set) into `chunks`: fp32 weights
+  // without a copy, other dtypes narrowed.
+  absl::StatusOr<PullResult> PullChunks(const PullRequest& request,
+                                        DType dtype, absl::Time deadline,
+                                        std::vector<ChunkOut>* chunks);
+  // Runs `run` (a pull that fills the response) at once if it need not wait,
+  // else on the pull pool with `deadline`; then finishes the call.
+  void FinishWithPull(std::function<absl::Status(absl::Time deadline)> run,
+                      grpc::ServerUnaryReactor* reactor, absl::Time deadline);
+
   ShardStore* const store_;
   const ParameterServiceOptions options_;
   // Separate pools: pulls waiting for a step must never hold up the end of
@@ -162,6 +173,72 @@ struct PushCall {
   std::vector<PushChunk> chunks;
   std::vector<grpc::Slice> slices;
 };
+
+absl::StatusOr<DType> PullDType(const PullRequest& request) {
+  const DType dtype =
+      request.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : request.dtype();
+  if (DTypeSize(dtype) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Pull: unsupported dtype ", static_cast<int>(dtype)));
+  }
+  return dtype;
+}
+
+absl::StatusOr<PullResult> ServiceImpl::PullChunks(
+    const PullRequest& request, DType dtype, absl::Time deadline,
+    std::vector<ChunkOut>* chunks) {
+  PullArgs args;
+  args.job_id = request.job_id();
+  args.worker_id = request.worker_id();
+  args.clock = request.clock();
+  args.min_version = request.min_version();
+  args.chunk_ids.assign(request.chunk_ids().begin(), request.chunk_ids().end());
+  chunks->clear();
+  const int size = DTypeSize(dtype);
+  auto sink = [&](const Chunk& c, absl::Span<const float> w,
+                  const WeightsRef& ref) {
+    grpc::Slice slice;
+    if (size == 4) {
+      // The published weights themselves: immutable while referenced.
+      slice = ShareSlice(
+          absl::string_view(reinterpret_cast<const char*>(w.data()),
+                            w.size() * sizeof(float)),
+          ref);
+    } else {
+      char* data = nullptr;
+      slice = AllocateSlice(w.size() * size, &data);
+      NarrowFromFloat(dtype, w, data);
+    }
+    chunks->push_back({c.chunk_id, dtype, static_cast<int64_t>(w.size()),
+                       std::move(slice)});
+  };
+  absl::StatusOr<PullResult> r = store_->Pull(args, deadline, sink);
+  if (!r.ok()) return r.status();
+  size_t bytes = 0;
+  for (const ChunkOut& c : *chunks) bytes += c.data.size() + 32;
+  if (bytes > static_cast<size_t>(options_.max_message_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Pull of ", chunks->size(), " chunks (", bytes,
+        " bytes) exceeds the server's max message size of ",
+        options_.max_message_bytes, " bytes; pull fewer chunks per call"));
+  }
+  return r;
+}
+
+void ServiceImpl::FinishWithPull(
+    std::function<absl::Status(absl::Time deadline)> run,
+    grpc::ServerUnaryReactor* reactor, absl::Time deadline) {
+  // First without waiting, on this thread; only a pull that must wait goes
+  // to the pool.
+  absl::Status s = run(absl::InfinitePast());
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+    pull_pool_.Submit([run = std::move(run), reactor, deadline] {
+      reactor->Finish(ToGrpcStatus(run(deadline)));
+    });
+    return;
+  }
+  reactor->Finish(ToGrpcStatus(s));
+}
 
 grpc::ServerUnaryReactor* ServiceImpl::Push(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
@@ -191,8 +268,20 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
     reactor->Finish(ToGrpcStatus(Annotate(s, "Push")));
     return reactor;
   }
+  DType pull_dtype = FLOAT32;
+  if (call->header.has_then_pull()) {
+    absl::StatusOr<DType> d = PullDType(call->header.then_pull());
+    if (!d.ok()) {
+      reactor->Finish(ToGrpcStatus(Annotate(d.status(), "Push then pull")));
+      return reactor;
+    }
+    pull_dtype = *d;
+    // The pull is the pushing worker's, in the pushed job.
+    call->header.mutable_then_pull()->set_job_id(call->header.job_id());
+    call->header.mutable_then_pull()->set_worker_id(call->header.worker_id());
+  }
   const absl::Time deadline = WaitDeadline(*context);
-  auto run = [this, call, reactor, response, deadline] {
+  auto run = [this, call, reactor, response, deadline, pull_dtype] {
     PushArgs args;
     args.job_id = call->header.job_id();
     args.worker_id = call->header.worker_id();
@@ -207,13 +296,29 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
       reactor->Finish(ToGrpcStatus(r.status()));
       return;
     }
-    PushResponse out;
-    out.set_version(r->version);
-    out.set_duplicate(r->duplicate);
-    out.set_dropped(r->dropped);
-    grpc::Slice slice(out.SerializeAsString());
-    *response = grpc::ByteBuffer(&slice, 1);
-    reactor->Finish(grpc::Status::OK);
+    auto out = std::make_shared<PushResponse>();
+    out->set_version(r->version);
+    out->set_duplicate(r->duplicate);
+    out->set_dropped(r->dropped);
+    if (!call->header.has_then_pull()) {
+      grpc::Slice slice(out->SerializeAsString());
+      *response = grpc::ByteBuffer(&slice, 1);
+      reactor->Finish(grpc::Status::OK);
+      return;
+    }
+    FinishWithPull(
+        [this, call, out, response, pull_dtype](absl::Time wait_until) {
+          std::vector<ChunkOut> chunks;
+          PS_ASSIGN_OR_RETURN(PullResult p,
+                              PullChunks(call->header.then_pull(), pull_dtype,
+                                         wait_until, &chunks));
+          out->set_pulled(true);
+          out->set_pulled_version(p.version);
+          out->set_pulled_min_clock(p.min_clock);
+          *response = EncodeWithPayloads(*out, kPushPulledChunksField, chunks);
+          return absl::OkStatus();
+        },
+        reactor, deadline);
   };
   // Only a BSP end of step can wait (for the worker's earlier pushes).
   PushArgs probe;
@@ -240,78 +345,42 @@ grpc::ServerUnaryReactor* ServiceImpl::Pull(
   auto req = std::make_shared<PullRequest>();
   {
     std::vector<grpc::Slice> slices;
-    std::string bytes;
+    bool parsed = false;
     if (request->Dump(&slices).ok()) {
-      for (const grpc::Slice& s : slices) {
-        bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      if (slices.size() == 1) {
+        parsed = req->ParseFromArray(slices[0].begin(),
+                                     static_cast<int>(slices[0].size()));
+      } else {
+        std::string bytes;
+        for (const grpc::Slice& s : slices) {
+          bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+        }
+        parsed = req->ParseFromString(bytes);
       }
     }
-    if (!req->ParseFromString(bytes)) {
+    if (!parsed) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                    "Pull: malformed PullRequest"));
       return reactor;
     }
   }
-  const DType dtype =
-      req->dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : req->dtype();
-  if (DTypeSize(dtype) == 0) {
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("Pull: unsupported dtype ", static_cast<int>(dtype))));
+  absl::StatusOr<DType> dtype = PullDType(*req);
+  if (!dtype.ok()) {
+    reactor->Finish(ToGrpcStatus(dtype.status()));
     return reactor;
   }
-  auto run = [this, req, reactor, response, dtype](absl::Time deadline) {
-    PullArgs args;
-    args.job_id = req->job_id();
-    args.worker_id = req->worker_id();
-    args.clock = req->clock();
-    args.min_version = req->min_version();
-    args.chunk_ids.assign(req->chunk_ids().begin(), req->chunk_ids().end());
-    std::vector<ChunkOut> chunks;
-    const int size = DTypeSize(dtype);
-    auto sink = [&](const Chunk& c, absl::Span<const float> w,
-                    const WeightsRef& ref) {
-      grpc::Slice slice;
-      if (size == 4) {
-        // The published weights themselves: immutable while referenced.
-        slice = ShareSlice(
-            absl::string_view(reinterpret_cast<const char*>(w.data()),
-                              w.size() * sizeof(float)),
-            ref);
-      } else {
-        char* data = nullptr;
-        slice = AllocateSlice(w.size() * size, &data);
-        NarrowFromFloat(dtype, w, data);
-      }
-      chunks.push_back({c.chunk_id, dtype, static_cast<int64_t>(w.size()),
-                        std::move(slice)});
-    };
-    absl::StatusOr<PullResult> r = store_->Pull(args, deadline, sink);
-    if (!r.ok()) return r.status();
-    size_t bytes = 0;
-    for (const ChunkOut& c : chunks) bytes += c.data.size() + 32;
-    if (bytes > static_cast<size_t>(options_.max_message_bytes)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "Pull of ", chunks.size(), " chunks (", bytes,
-          " bytes) exceeds the server's max message size of ",
-          options_.max_message_bytes, " bytes; pull fewer chunks per call"));
-    }
-    PullResponse header;
-    header.set_version(r->version);
-    header.set_min_clock(r->min_clock);
-    *response = EncodeWithPayloads(header, kPullChunksField, chunks);
-    return absl::OkStatus();
-  };
-  // First without waiting; only a pull that must wait goes to the pool.
-  absl::Status s = run(absl::InfinitePast());
-  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
-    const absl::Time deadline = WaitDeadline(*context);
-    pull_pool_.Submit([run, reactor, deadline] {
-      reactor->Finish(ToGrpcStatus(run(deadline)));
-    });
-    return reactor;
-  }
-  reactor->Finish(ToGrpcStatus(s));
+  FinishWithPull(
+      [this, req, response, dtype = *dtype](absl::Time deadline) {
+        std::vector<ChunkOut> chunks;
+        PS_ASSIGN_OR_RETURN(PullResult r,
+                            PullChunks(*req, dtype, deadline, &chunks));
+        PullResponse header;
+        header.set_version(r.version);
+        header.set_min_clock(r.min_clock);
+        *response = EncodeWithPayloads(header, kPullChunksField, chunks);
+        return absl::OkStatus();
+      },
+      reactor, WaitDeadline(*context));
   return reactor;
 }
 

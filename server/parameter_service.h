@@ -9,7 +9,10 @@
 // Push and Pull run on gRPC's callback threads when they do not have to wait;
 // a pull that must wait (BSP version, SSP bound) or a BSP end-of-step push
 // whose earlier pushes have not all landed is handed to a small pool of wait
-// threads, so that waiting never starves the callback threads. Pushed
+// threads, so that waiting never starves the callback threads. A push with
+// then_pull (a worker's end of step) is answered, once applied, with the
+// weights that pull asks for (waiting for them on the pull pool if needed),
+// so that a BSP step costs one round trip. Pushed
 // payloads are applied straight from the received slices; pulled fp32
 // weights are sent from the shard's published buffers without a copy.
 // Thread-safe.

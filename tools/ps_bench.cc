@@ -5,8 +5,10 @@
 //
 // For each dense model size x shards x workers it runs in-process ps_server
 // shards (ShardStore + ParameterService on 127.0.0.1:0) and worker threads
-// with their own ParameterClient doing ASP steps: pull every tensor, push
-// every tensor's gradient, end of step. Reported: push+pull GB/s (payload
+// with their own ParameterClient doing ASP steps: push every tensor's
+// gradient with the end of step and get every tensor's new weights back in
+// its answer (EndStepAndPull, as workers do; --fused=false: a separate pull,
+// then the pushes and the end of step). Reported: push+pull GB/s (payload
 // bytes of both directions) and the median step latency. Ceilings: a plain
 // TCP socket ping-pong, and gRPC echoing raw grpc::ByteBuffer slices (no
 // protobuf) on 1 and 2 connections, both carrying the same bytes in the same
@@ -61,6 +63,10 @@ ABSL_FLAG(int, connections, 2, "TCP connections per shard (client).");
 ABSL_FLAG(int64_t, max_request_bytes, 4 << 20,
           "Payload bytes per Push/Pull message.");
 ABSL_FLAG(std::string, out, "", "Also write the markdown report here.");
+ABSL_FLAG(bool, fused, true,
+          "Steps as the worker runs them: the gradients pushed with the end "
+          "of step, whose answer carries the next step's weights (one round "
+          "trip). False: pull, then push and end of step (two).");
 
 namespace ps {
 namespace {
@@ -188,6 +194,7 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers) {
       options.connections_per_shard = absl::GetFlag(FLAGS_connections);
       options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
       auto client = *ParameterClient::Create(options, "bench", w, placement);
+      const bool fused = absl::GetFlag(FLAGS_fused);
       std::vector<std::vector<float>> weights, grads;
       std::vector<absl::Span<float>> spans;
       for (int64_t n : placement.tensor_elements) {
@@ -196,6 +203,19 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers) {
       }
       for (auto& v : weights) spans.push_back(absl::MakeSpan(v));
       auto step = [&](int64_t clock) -> absl::Status {
+        if (fused) {
+          // As a worker does: the gradients go with the end of step, whose
+          // answer brings the weights for the next step.
+          std::vector<server::TensorGrad> all;
+          for (int t = static_cast<int>(grads.size()) - 1; t >= 0; --t) {
+            all.push_back({t, grads[t]});
+          }
+          ParameterClient::StepTickets st = client->EndStepAndPull(
+              std::move(all), clock, ParameterClient::kPulledVersion,
+              clock + 1, 0, spans);
+          PS_RETURN_IF_ERROR(st.end.Wait(absl::Seconds(60)));
+          return st.pull.Wait(absl::Seconds(60));
+        }
         Ticket pull = client->PullAll(clock, 0, spans);
         PS_RETURN_IF_ERROR(pull.Wait(absl::Seconds(60)));
         std::vector<Ticket> pushes;
@@ -207,7 +227,9 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers) {
         for (Ticket& p : pushes) PS_RETURN_IF_ERROR(p.Wait(absl::Seconds(60)));
         return absl::OkStatus();
       };
-      absl::Status s = step(0);  // warm-up: connections, buffers
+      // Warm-up (connections, buffers), starting from pulled weights.
+      absl::Status s = client->PullAll(0, 0, spans).Wait(absl::Seconds(60));
+      if (s.ok()) s = step(0);
       ready.fetch_add(1);
       go.WaitForNotification();
       std::vector<double> mine;
@@ -494,7 +516,11 @@ int Main() {
   }
   emit("\n## ps push+pull (ASP, in-process shards, " +
        absl::StrCat(connections, " connections per shard, ", piece >> 20,
-                    " MB messages)\n"));
+                    " MB messages, ",
+                    absl::GetFlag(FLAGS_fused)
+                        ? "pushes + end of step answered with the weights"
+                        : "pull, then pushes + end of step",
+                    ")\n"));
   emit(
       "| model | shards | workers | push+pull GB/s | median step ms | steps/s "
       "| vs raw gRPC (same conns) | vs TCP |");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -25,6 +26,14 @@ struct Window {
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 }  // namespace
+
+absl::StatusOr<ParameterAccess::StepEnd> ParameterAccess::FinishAndPull(
+    int64_t clock, std::vector<absl::Span<float>> tensors) {
+  StepEnd end;
+  PS_ASSIGN_OR_RETURN(end.staleness, Finish(clock));
+  PS_ASSIGN_OR_RETURN(end.version, Pull(clock + 1, std::move(tensors)));
+  return end;
+}
 
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,
                       int batch_size) {
@@ -82,6 +91,7 @@ absl::StatusOr<TrainResult> Train(
   if (po.assignment.shards.empty()) po.assignment.shards = {a.rank()};
   po.assignment.num_shards = num_shards;
   po.first_epoch = a.start_step() / steps_per_epoch;
+  po.first_batch = a.start_step() % steps_per_epoch;
   po.num_epochs = 0;  // the step budget ends training, not the data
   PS_ASSIGN_OR_RETURN(auto prefetcher, BatchPrefetcher::Create(train, po));
   std::vector<int> shards_in_use = po.assignment.shards;
@@ -166,6 +176,10 @@ absl::StatusOr<TrainResult> Train(
   int64_t clock = a.start_step();
   const bool bsp = spec.consistency().model() == ConsistencySpec::BSP;
   int64_t next_eval = (clock / eval_every + 1) * eval_every;
+  // The weights for `clock`, when the previous step's FinishAndPull already
+  // brought them.
+  bool prefetched = false;
+  int64_t prefetched_version = 0;
   while (clock < total_steps) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(absl::StrCat("stopped at step ", clock));
@@ -184,8 +198,13 @@ absl::StatusOr<TrainResult> Train(
       }
     }
     const absl::Time t1 = absl::Now();
-    PS_ASSIGN_OR_RETURN(const int64_t version,
-                        params->Pull(clock, weight_spans));
+    int64_t version = 0;
+    if (prefetched) {
+      version = prefetched_version;
+      prefetched = false;
+    } else {
+      PS_ASSIGN_OR_RETURN(version, params->Pull(clock, weight_spans));
+    }
     if (bsp && version > clock) {
       // The job moved on without this worker (a backup worker whose
       // gradients were late, or a worker that rejoined): continue at the
@@ -235,7 +254,18 @@ absl::StatusOr<TrainResult> Train(
     }
     PS_RETURN_IF_ERROR(push_status);
     const absl::Time t3b = absl::Now();
-    PS_ASSIGN_OR_RETURN(const int64_t staleness, params->Finish(clock));
+    // Unless this is the last step, the end of step also brings the next
+    // step's weights (one round trip instead of two).
+    int64_t staleness = 0;
+    if (clock + 1 < total_steps) {
+      PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end,
+                          params->FinishAndPull(clock, weight_spans));
+      staleness = end.staleness;
+      prefetched = true;
+      prefetched_version = end.version;
+    } else {
+      PS_ASSIGN_OR_RETURN(staleness, params->Finish(clock));
+    }
     const absl::Time t4 = absl::Now();
     prefetcher->Recycle(*std::move(b));
 

@@ -43,6 +43,17 @@ class ParameterAccess {
   // the step is over. Returns the staleness the pushes saw (versions applied
   // by others between this worker's pull and its push; 0 under BSP).
   virtual absl::StatusOr<int64_t> Finish(int64_t clock) = 0;
+
+  // Finish(clock), then Pull(clock + 1, tensors): ends the step and fetches
+  // the weights of the next one. The real implementation does both in one
+  // round trip per shard (the shards answer the end of step with the new
+  // weights); this default runs the two calls one after the other.
+  struct StepEnd {
+    int64_t staleness = 0;  // as Finish returns it
+    int64_t version = 0;    // as Pull(clock + 1) returns it
+  };
+  virtual absl::StatusOr<StepEnd> FinishAndPull(
+      int64_t clock, std::vector<absl::Span<float>> tensors);
 };
 
 // Where metric points go (the coordinator, in the daemon).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <utility>
 
 #include "common/config.h"
 #include "common/initializer.h"
@@ -51,7 +52,12 @@ class LocalParams : public ParameterAccess {
     ++version_;
     return 0;
   }
-  int pulls = 0, pushes = 0;
+  absl::StatusOr<StepEnd> FinishAndPull(
+      int64_t clock, std::vector<absl::Span<float>> tensors) override {
+    ++finish_and_pulls;
+    return ParameterAccess::FinishAndPull(clock, std::move(tensors));
+  }
+  int pulls = 0, pushes = 0, finish_and_pulls = 0;
 
  private:
   float lr_;
@@ -114,6 +120,8 @@ TEST_F(TrainerTest, DrivesLossDownAndReportsMetrics) {
   EXPECT_EQ(result->steps, 300);
   EXPECT_TRUE(done);
   EXPECT_EQ(params.pushes, 300 * 4);  // 2 layers x (weight, bias)
+  // Every step but the last fetches the next step's weights as it ends.
+  EXPECT_EQ(params.finish_and_pulls, 299);
   std::vector<double> losses;
   int accuracy_points = 0;
   for (const MetricPoint& p : points) {
@@ -143,7 +151,10 @@ TEST_F(TrainerTest, StopsWithinOneStep) {
       },
       &stop);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(params.pulls, 40);  // stop set during step 40: no step 41
+  // Stop set during step 40: no step 41 (its weights were fetched at the
+  // end of step 40, but nothing was computed on them).
+  EXPECT_EQ(params.pushes, 40 * 4);
+  EXPECT_EQ(params.pulls, 41);
 }
 
 TEST_F(TrainerTest, RejectsMismatchedInput) {
