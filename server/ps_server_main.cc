@@ -259,7 +259,12 @@ int Run() {
   std::thread checkpointer([&] {
     const absl::Duration poll =
         absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_poll_ms));
-    while (!stop.WaitForNotificationWithTimeout(poll)) {
+    while (!stop.HasBeenNotified()) {
+      // Woken early when a BSP step reached a multiple of every_versions,
+      // so that each of those states is written (every shard then holds
+      // the same versions for a job-wide rollback).
+      (*store)->WaitForCheckpointWork(poll);
+      if (stop.HasBeenNotified()) break;
       if (absl::Status s = (*store)->CheckpointDue(); !s.ok()) {
         Log(absl::StrCat("periodic checkpoint failed: ", s.ToString()));
       }

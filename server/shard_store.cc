@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <deque>
 #include <set>
 #include <utility>
 
@@ -40,6 +41,11 @@ class RealClock final : public Clock {
 // Exactly-once bookkeeping of one worker's sequence numbers: everything up to
 // `contiguous` is done, plus the sparse set above it; bounded because gaps
 // close as the pushes complete (rejected ones consume their number too).
+// BSP states taken at multiples of every_versions and not yet written, per
+// job: enough for the checkpoint thread to write every one of them unless
+// the disk is much slower than the steps.
+constexpr size_t kMaxPendingSnapshots = 4;
+
 struct SeqTracker {
   SeqTracker() = default;
   // Numbers of incarnation i start at SeqBase(i) + 1.
@@ -140,8 +146,11 @@ struct Job {
   // multiple of it, taken when that step was applied and written by the
   // next CheckpointDue. Every shard of the job checkpoints the same
   // versions, so a job-wide rollback finds one version on all of them.
+  // Oldest first; at most kMaxPendingSnapshots (the oldest is dropped when
+  // the disk falls behind).
   absl::Mutex snapshot_mu;
-  std::shared_ptr<CheckpointData> aligned_snapshot ABSL_GUARDED_BY(snapshot_mu);
+  std::deque<std::shared_ptr<CheckpointData>> aligned_snapshots
+      ABSL_GUARDED_BY(snapshot_mu);
 
   absl::Mutex mu;
   int64_t version ABSL_GUARDED_BY(mu) = 0;
@@ -283,7 +292,19 @@ class ShardStoreImpl final : public ShardStore {
       absl::string_view job_id) override;
   absl::Status CheckpointDue() override;
   absl::Status CheckpointAll() override;
+  void WaitForCheckpointWork(absl::Duration timeout) override {
+    absl::MutexLock l(&work_mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
+      return snapshots_waiting_ || work_shutdown_;
+    };
+    work_mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    snapshots_waiting_ = false;
+  }
   void Shutdown() override {
+    {
+      absl::MutexLock wl(&work_mu_);
+      work_shutdown_ = true;
+    }
     std::vector<std::shared_ptr<Job>> all;
     {
       absl::MutexLock l(&mu_);
@@ -349,6 +370,8 @@ class ShardStoreImpl final : public ShardStore {
   // The job's weights and optimizer state at `version`; the caller holds
   // job.apply_mu as a writer.
   static CheckpointData Snapshot(Job& job, int64_t version);
+  // Writes the job's aligned_snapshots, oldest first.
+  absl::Status WritePendingSnapshots(Job& job);
   // Loads the newest valid checkpoint at or below max_version (0: any).
   absl::StatusOr<bool> Restore(Job& job, int64_t max_version);
   void Reject(Job& job) {
@@ -365,6 +388,10 @@ class ShardStoreImpl final : public ShardStore {
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
       ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Wakes WaitForCheckpointWork.
+  absl::Mutex work_mu_;
+  bool snapshots_waiting_ ABSL_GUARDED_BY(work_mu_) = false;
+  bool work_shutdown_ ABSL_GUARDED_BY(work_mu_) = false;
 };
 
 absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
@@ -395,6 +422,7 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
       Annotate(ValidateJobSpec(request.spec(), vopts), "SetupJob: job spec"));
   const JobSpec spec = NormalizeJobSpec(request.spec());
 
+  std::shared_ptr<Job> replaced;
   {
     absl::MutexLock l(&mu_);
     if (shutting_down_) {
@@ -404,11 +432,11 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
     if (it != jobs_.end() && request.replace()) {
       // A job-wide rollback: the job starts again from a checkpoint; calls
       // still waiting on the old state are released with UNAVAILABLE.
-      std::shared_ptr<Job> old = it->second;
+      replaced = it->second;
       jobs_.erase(it);
-      absl::MutexLock jl(&old->mu);
-      old->torn_down = true;
-      old->replaced = true;
+      absl::MutexLock jl(&replaced->mu);
+      replaced->torn_down = true;
+      replaced->replaced = true;
       it = jobs_.end();
     }
     if (it != jobs_.end()) {
@@ -429,6 +457,17 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
     }
   }
 
+  if (replaced != nullptr) {
+    // Its states taken at multiples of every_versions but not yet written
+    // are restore candidates too (the other shards may hold those versions).
+    absl::Status s = WritePendingSnapshots(*replaced);
+    if (!s.ok()) {
+      LogLine(absl::StrCat("job ", request.job_id(),
+                           ": writing its pending checkpoints before the "
+                           "rollback failed: ",
+                           s.message()));
+    }
+  }
   auto job = std::make_shared<Job>();
   job->id = request.job_id();
   job->spec = spec;
@@ -465,6 +504,15 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
   if (request.restore()) {
     PS_ASSIGN_OR_RETURN(restored,
                         Restore(*job, request.restore_max_version()));
+  }
+  if (request.start_version() > 0) {
+    absl::MutexLock jl(&job->mu);
+    if (job->version != request.start_version()) {
+      LogLine(absl::StrCat("job ", job->id, ": continuing the weights of "
+                           "version ", job->version, " as version ",
+                           request.start_version()));
+    }
+    job->version = request.start_version();
   }
   {
     absl::MutexLock jl(&job->mu);
@@ -723,8 +771,15 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
     if (every > 0 && (step + 1) % every == 0 && !options_.data_dir.empty()) {
       auto snapshot =
           std::make_shared<CheckpointData>(Snapshot(job, step + 1));
-      absl::MutexLock sl(&job.snapshot_mu);
-      job.aligned_snapshot = std::move(snapshot);
+      {
+        absl::MutexLock sl(&job.snapshot_mu);
+        job.aligned_snapshots.push_back(std::move(snapshot));
+        if (job.aligned_snapshots.size() > kMaxPendingSnapshots) {
+          job.aligned_snapshots.pop_front();
+        }
+      }
+      absl::MutexLock wl(&work_mu_);
+      snapshots_waiting_ = true;
     }
   }
   absl::MutexLock jl(&job.mu);
@@ -1065,6 +1120,20 @@ absl::StatusOr<CheckpointResponse> ShardStoreImpl::WriteJobCheckpoint(
   return WriteSnapshot(job, data);
 }
 
+absl::Status ShardStoreImpl::WritePendingSnapshots(Job& job) {
+  if (options_.data_dir.empty()) return absl::OkStatus();
+  for (;;) {
+    std::shared_ptr<CheckpointData> data;
+    {
+      absl::MutexLock sl(&job.snapshot_mu);
+      if (job.aligned_snapshots.empty()) return absl::OkStatus();
+      data = std::move(job.aligned_snapshots.front());
+      job.aligned_snapshots.pop_front();
+    }
+    PS_RETURN_IF_ERROR(WriteSnapshot(job, *data).status());
+  }
+}
+
 CheckpointData ShardStoreImpl::Snapshot(Job& job, int64_t version) {
   CheckpointData data;
   data.job_id = job.id;
@@ -1256,19 +1325,14 @@ absl::StatusOr<CheckpointResponse> ShardStoreImpl::Checkpoint(
 
 absl::Status ShardStoreImpl::CheckpointDue() {
   std::vector<std::shared_ptr<Job>> due;
-  std::vector<std::pair<std::shared_ptr<Job>, std::shared_ptr<CheckpointData>>>
-      aligned;
+  std::vector<std::shared_ptr<Job>> aligned;
   {
     absl::MutexLock l(&mu_);
     const absl::Time now = clock_->Now();
     for (auto& [id, job] : jobs_) {
       const CheckpointSpec& c = job->spec.checkpoint();
       if (job->model() == ConsistencySpec::BSP && c.every_versions() > 0) {
-        absl::MutexLock sl(&job->snapshot_mu);
-        if (job->aligned_snapshot != nullptr) {
-          aligned.emplace_back(job, std::move(job->aligned_snapshot));
-          job->aligned_snapshot = nullptr;
-        }
+        aligned.push_back(job);
       }
       absl::MutexLock jl(&job->mu);
       const bool by_version =
@@ -1282,8 +1346,8 @@ absl::Status ShardStoreImpl::CheckpointDue() {
     }
   }
   absl::Status first;
-  for (auto& [job, data] : aligned) {
-    absl::Status s = WriteSnapshot(*job, *data).status();
+  for (auto& job : aligned) {
+    absl::Status s = WritePendingSnapshots(*job);
     if (!s.ok() && first.ok()) first = s;
   }
   for (auto& job : due) {

@@ -151,6 +151,11 @@ class ShardStore {
   // first error.
   virtual absl::Status CheckpointDue() = 0;
 
+  // Blocks until a BSP job has a state waiting to be written (taken when a
+  // step reached a multiple of every_versions), Shutdown, or `timeout`, so
+  // that the server's checkpoint thread writes each of them promptly.
+  virtual void WaitForCheckpointWork(absl::Duration timeout) = 0;
+
   // Writes a checkpoint of every job (shutdown with --checkpoint_on_exit).
   virtual absl::Status CheckpointAll() = 0;
 

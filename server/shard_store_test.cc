@@ -936,10 +936,20 @@ TEST(ShardStore, ReplaceRollsBackToACheckpointAndRefusesOldIncarnations) {
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->duplicate);
   ExpectAll(Weights(*store), 0.7f);
+  // start_version: the restored weights continue under another step number
+  // (a rollback that found no version on every shard).
+  r.set_restore_max_version(5);
+  r.set_start_version(5);
+  r.set_incarnation(2);
+  resp = store->SetupJob(r);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->version(), 5);
+  ExpectAll(Weights(*store), 0.6f);  // the checkpoint of version 4
+  r.set_start_version(0);
   // Without a checkpoint at or below the bound, replace starts from the
   // initial weights.
   r.set_restore_max_version(1);
-  r.set_incarnation(2);
+  r.set_incarnation(3);
   resp = store->SetupJob(r);
   ASSERT_TRUE(resp.ok()) << resp.status();
   EXPECT_FALSE(resp->restored());

@@ -1462,6 +1462,7 @@ CoordinatorImpl::Rollback CoordinatorImpl::RollBack(
   const bool bsp = spec.consistency().model() == ConsistencySpec::BSP;
   std::vector<int64_t> version(n, -1);
   // max_version < 0: the newest checkpoint; 0: none (initial weights).
+  int64_t start_version = 0;  // > 0: every shard continues as this version
   auto setup = [&](int i, int64_t max_version) -> absl::Status {
     SetupJobRequest req;
     req.set_job_id(job_id);
@@ -1471,6 +1472,7 @@ CoordinatorImpl::Rollback CoordinatorImpl::RollBack(
     *req.mutable_worker_ids() = membership.worker_ids();
     req.set_replace(true);
     req.set_incarnation(incarnation);
+    req.set_start_version(start_version);
     if (max_version != 0) {
       req.set_restore(true);
       req.set_restore_max_version(std::max<int64_t>(max_version, 0));
@@ -1492,9 +1494,22 @@ CoordinatorImpl::Rollback CoordinatorImpl::RollBack(
     if (!out.status.ok()) return out;
     target = target < 0 ? version[i] : std::min(target, version[i]);
   }
-  // The other shards go back to the same version (the newest checkpoint at
-  // or below it). Under BSP a shard without that checkpoint lowers the
-  // target for all; under ASP/SSP the shards may differ a little.
+  const int64_t wanted = target;
+  if (!bsp) {
+    // ASP/SSP: every shard restores its own newest checkpoint. Their
+    // versions count worker steps and are written at different moments, so
+    // they differ by about one checkpoint interval, which asynchronous
+    // training tolerates (rather than a shard going back to the initial
+    // weights for want of an older file).
+    for (int i = 0; i < n; ++i) {
+      if (version[i] >= 0) continue;
+      out.status = setup(i, -1);
+      if (!out.status.ok()) return out;
+    }
+  }
+  // BSP: the other shards go back to the same version (the newest
+  // checkpoint at or below it); a shard without that checkpoint lowers the
+  // target for all.
   for (int round = 0; round <= n; ++round) {
     bool lowered = false;
     for (int i = 0; i < n; ++i) {
@@ -1508,8 +1523,24 @@ CoordinatorImpl::Rollback CoordinatorImpl::RollBack(
     }
     if (!lowered) break;
   }
-  int64_t lowest = target;
+  bool relabelled = false;
+  if (bsp && target == 0 && wanted > 0) {
+    // No version every shard holds (their checkpoints were written at
+    // different steps): rather than the initial weights, every shard takes
+    // its newest checkpoint at or below the restarted shard's and all
+    // continue as that step. The shards' weights then differ by at most a
+    // checkpoint interval of updates.
+    start_version = wanted;
+    for (int i = 0; i < n; ++i) {
+      out.status = setup(i, wanted);
+      if (!out.status.ok()) return out;
+    }
+    target = wanted;
+    relabelled = true;
+  }
+  int64_t lowest = target, highest = target;
   for (int i = 0; i < n; ++i) {
+    highest = std::max(highest, version[i]);
     if (bsp && version[i] != target) {
       out.status = absl::InternalError(absl::StrCat(
           "could not bring the shards to one checkpoint version (shard ", i,
@@ -1526,11 +1557,15 @@ CoordinatorImpl::Rollback CoordinatorImpl::RollBack(
   for (int i : lost) names.push_back(absl::StrCat(i));
   out.note = absl::StrCat(
       "shard(s) ", absl::StrJoin(names, ", "), " restarted; every shard ",
-      target > 0 ? absl::StrCat("restored its checkpoint at version ",
-                                bsp ? absl::StrCat(target)
-                                    : absl::StrCat(lowest, "-", target))
+      highest > 0 ? absl::StrCat("restored its checkpoint at version ",
+                                 lowest == highest
+                                     ? absl::StrCat(target)
+                                     : absl::StrCat(lowest, "-", highest))
                  : std::string("restarted from the initial weights (no "
                                "checkpoint)"),
+      relabelled ? " (no version was on every shard: each restored its newest "
+                   "at or below it and continues as that step)"
+                 : "",
       "; the workers restart at step ", out.start_step, " (incarnation ",
       incarnation, ")");
   return out;

@@ -41,6 +41,7 @@ class FakeShards : public ShardClient {
       }
       r.set_restored(r.version() > 0);
     }
+    if (request.start_version() > 0) r.set_version(request.start_version());
     return r;
   }
   absl::StatusOr<UpdateMembershipResponse> UpdateMembership(
@@ -618,6 +619,60 @@ TEST_F(CoordinatorTest, RestartedServerRollsTheJobBackToOneVersion) {
   // The incarnation survives a coordinator restart.
   Start();
   EXPECT_EQ(Job(id).incarnation(), 1);
+}
+
+// ASP/SSP: every shard restores its own newest checkpoint (their versions
+// are written at different moments); the workers restart at the lowest
+// version / workers.
+TEST_F(CoordinatorTest, AspRollbackRestoresEachShardsNewest) {
+  shards_.checkpoints["127.0.0.1:7001"] = {20, 60};
+  shards_.checkpoints["127.0.0.1:7002"] = {20, 40};
+  AddServer("127.0.0.1:7001");
+  AddServer("127.0.0.1:7002");
+  std::vector<int64_t> w = {AddWorker(), AddWorker()};
+  JobSpec spec = Spec(2);
+  spec.mutable_consistency()->set_model(ConsistencySpec::ASP);
+  const std::string id = Submit(spec);
+  coordinator_->Tick();
+  ASSERT_EQ(Job(id).state(), RUNNING) << Job(id).reason();
+  Advance(100, w, id, 57);
+  shards_.setups.clear();
+  shards_.Restart("127.0.0.1:7002");
+  AddServer("127.0.0.1:7002");
+  coordinator_->Tick();
+  std::vector<std::pair<int, int64_t>> calls;
+  for (const SetupJobRequest& r : shards_.setups) {
+    EXPECT_TRUE(r.replace());
+    EXPECT_TRUE(r.restore());
+    calls.emplace_back(r.shard_index(), r.restore_max_version());
+  }
+  EXPECT_EQ(calls, (std::vector<std::pair<int, int64_t>>{{1, 0}, {0, 0}}));
+  EXPECT_EQ(Job(id).global_step(), 20);  // min(40, 60) / 2 workers
+  EXPECT_EQ(Beat(w[0], id, 57).assignment().start_step(), 20);
+}
+
+// BSP shards without a common checkpoint version: rather than the initial
+// weights, each restores its newest at or below the restarted shard's and
+// all continue as that step.
+TEST_F(CoordinatorTest, BspRollbackWithoutACommonVersionRelabels) {
+  shards_.checkpoints["127.0.0.1:7001"] = {60};
+  shards_.checkpoints["127.0.0.1:7002"] = {40};
+  AddServer("127.0.0.1:7001");
+  AddServer("127.0.0.1:7002");
+  std::vector<int64_t> w = {AddWorker()};
+  const std::string id = Submit(Spec(1));
+  coordinator_->Tick();
+  ASSERT_EQ(Job(id).state(), RUNNING) << Job(id).reason();
+  shards_.setups.clear();
+  shards_.Restart("127.0.0.1:7002");
+  AddServer("127.0.0.1:7002");
+  coordinator_->Tick();
+  ASSERT_GE(shards_.setups.size(), 2u);
+  const SetupJobRequest& last = shards_.setups.back();
+  EXPECT_EQ(last.start_version(), 40);
+  EXPECT_EQ(last.restore_max_version(), 40);
+  EXPECT_EQ(Job(id).global_step(), 40);
+  EXPECT_EQ(Beat(w[0], id, 70).assignment().start_step(), 40);
 }
 
 // A rollback that cannot reach a shard is retried until it does.
