@@ -287,6 +287,7 @@ int Run() {
       absl::StatusOr<TrainResult> r = Train(
           job, train, test, device->backend.get(), access.get(),
           [&, l](std::vector<MetricPoint> points, bool done) {
+            for (MetricPoint& p : points) p.set_incarnation(job.incarnation());
             if (absl::Status s =
                     l->ReportMetrics(job.job_id(), std::move(points), done);
                 !s.ok()) {

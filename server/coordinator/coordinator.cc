@@ -627,8 +627,10 @@ class CoordinatorImpl : public Coordinator {
   // the live path and when replaying the store after a restart).
   static void ApplyPoint(Job& job, const MetricPoint& p) {
     JobRecord& r = job.record;
-    r.set_global_step(std::max(r.global_step(), p.step()));
-    r.set_epoch(std::max(r.epoch(), p.epoch()));
+    if (p.incarnation() == r.incarnation()) {
+      r.set_global_step(std::max(r.global_step(), p.step()));
+      r.set_epoch(std::max(r.epoch(), p.epoch()));
+    }
     const std::string& n = p.name();
     if (n == "train_loss") {
       r.set_last_train_loss(p.value());
@@ -1381,6 +1383,10 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
         const int64_t now = clock_->NowMs();
         job.record.set_incarnation(incarnation + 1);
         job.record.set_rollback_pending(false);
+        if (job.record.global_step() > 0) {  // epochs are steps / epoch size
+          job.record.set_epoch(job.record.epoch() * rollback->start_step /
+                               job.record.global_step());
+        }
         job.record.set_global_step(rollback->start_step);
         for (WorkerSlot& slot : *job.record.mutable_slots()) {
           if (!slot.active()) continue;

@@ -616,6 +616,20 @@ TEST_F(CoordinatorTest, RestartedServerRollsTheJobBackToOneVersion) {
   beat.set_incarnation(1);
   ASSERT_TRUE(coordinator_->Heartbeat(beat).ok());
   EXPECT_EQ(Job(id).global_step(), 23);
+  // A metric point computed before the rollback stays in the series but
+  // does not move the step; one of the new incarnation does.
+  ASSERT_TRUE(Report(w[0], id, "train_loss", 0.5, 60).ok());
+  EXPECT_EQ(Job(id).global_step(), 23);
+  ReportMetricsRequest report;
+  report.set_member_id(w[0]);
+  report.set_job_id(id);
+  MetricPoint* p = report.add_points();
+  p->set_name("train_loss");
+  p->set_value(0.4);
+  p->set_step(30);
+  p->set_incarnation(1);
+  ASSERT_TRUE(coordinator_->ReportMetrics(report).ok());
+  EXPECT_EQ(Job(id).global_step(), 30);
   // The incarnation survives a coordinator restart.
   Start();
   EXPECT_EQ(Job(id).incarnation(), 1);
