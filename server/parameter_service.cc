@@ -149,9 +149,11 @@ class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
 
   // Pulls `request` (job and worker already set) into `chunks`: fp32 weights
   // without a copy, other dtypes narrowed.
+  // after_seq: PullArgs::after_seq.
   absl::StatusOr<PullResult> PullChunks(const PullRequest& request,
                                         DType dtype, absl::Time deadline,
-                                        std::vector<ChunkOut>* chunks);
+                                        std::vector<ChunkOut>* chunks,
+                                        uint64_t after_seq = 0);
   // Runs `run` (a pull that fills the response) at once if it need not wait,
   // else on the pull pool with `deadline`; then finishes the call.
   void FinishWithPull(std::function<absl::Status(absl::Time deadline)> run,
@@ -186,8 +188,9 @@ absl::StatusOr<DType> PullDType(const PullRequest& request) {
 
 absl::StatusOr<PullResult> ServiceImpl::PullChunks(
     const PullRequest& request, DType dtype, absl::Time deadline,
-    std::vector<ChunkOut>* chunks) {
+    std::vector<ChunkOut>* chunks, uint64_t after_seq) {
   PullArgs args;
+  args.after_seq = after_seq;
   args.job_id = request.job_id();
   args.worker_id = request.worker_id();
   args.clock = request.clock();
@@ -309,9 +312,12 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
     FinishWithPull(
         [this, call, out, response, pull_dtype](absl::Time wait_until) {
           std::vector<ChunkOut> chunks;
-          PS_ASSIGN_OR_RETURN(PullResult p,
-                              PullChunks(call->header.then_pull(), pull_dtype,
-                                         wait_until, &chunks));
+          // The answer must include this step's earlier pushes, which
+          // other streams may still be delivering.
+          PS_ASSIGN_OR_RETURN(
+              PullResult p,
+              PullChunks(call->header.then_pull(), pull_dtype, wait_until,
+                         &chunks, call->header.seq()));
           out->set_pulled(true);
           out->set_pulled_version(p.version);
           out->set_pulled_min_clock(p.min_clock);

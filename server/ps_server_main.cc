@@ -73,7 +73,10 @@ ABSL_FLAG(int, shutdown_grace_ms, 5000,
           "On SIGTERM, how long in-flight calls may take to finish.");
 ABSL_FLAG(int, checkpoint_poll_ms, 500,
           "How often the server checks whether a periodic checkpoint "
-          "(CheckpointSpec every_versions / every_seconds) is due.");
+          "(CheckpointSpec every_seconds, or every_versions under ASP/SSP) "
+          "is due. Under BSP the state at each multiple of every_versions "
+          "is taken as that step is applied and written at once, so that "
+          "every shard holds the same versions.");
 
 namespace ps::server {
 namespace {

@@ -1041,6 +1041,16 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
     } else {
       ready = [] { return true; };
     }
+    if (args.after_seq > 0) {
+      ready = [&, model_ready = std::move(ready)]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu) {
+        if (job->torn_down || job->shutting_down) return true;
+        auto w = job->workers.find(args.worker_id);
+        const bool landed = w == job->workers.end() || !w->second.active ||
+                            w->second.seq.contiguous >= args.after_seq;
+        return landed && model_ready();
+      };
+    }
     if (!ready()) {
       job->blocked_pulls.fetch_add(1, std::memory_order_relaxed);
       const bool ok =
@@ -1053,10 +1063,14 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
                                "; the shard is still at ", job->version,
                                " (waiting for workers to finish step ",
                                job->version, ")")
-                : absl::StrCat("pull at clock ", args.clock,
+            : model == ConsistencySpec::SSP
+                ? absl::StrCat("pull at clock ", args.clock,
                                " waited for the slowest worker (clock ",
                                job->MinActiveClock(), ", staleness bound ",
-                               job->spec.consistency().staleness(), ")"));
+                               job->spec.consistency().staleness(), ")")
+                : absl::StrCat("pull waited for the worker's pushes up to "
+                               "seq ",
+                               args.after_seq, " to land"));
       }
     }
     if (job->replaced) {

@@ -92,6 +92,10 @@ struct PullArgs {
   int64_t clock = 0;
   int64_t min_version = 0;
   std::vector<int64_t> chunk_ids;  // empty: every chunk of the shard
+  // > 0: first wait until this worker's pushes numbered up to after_seq
+  // have all landed (the pull that answers an end of step must see the
+  // step's earlier pushes, which may still be in flight on other streams).
+  uint64_t after_seq = 0;
 };
 
 struct PullResult {

@@ -1093,5 +1093,36 @@ TEST(ShardStore, BspCheckpointsAtMultiplesOfEveryVersions) {
   ExpectAll(Weights(*restored), 1.0f - 0.8f);
 }
 
+// The pull that answers an end of step waits for the worker's earlier
+// pushes of the step (after_seq), which may arrive after the end itself.
+TEST(ShardStore, PullAfterSeqWaitsForTheWorkersEarlierPushes) {
+  FakeClock clock;
+  auto store = NewStore(&clock);
+  ASSERT_TRUE(
+      store->SetupJob(JobSetup(MakeSpec(ConsistencySpec::ASP), {1})).ok());
+  // seq 2 (the end of step) lands before seq 1.
+  ASSERT_TRUE(PushValue(*store, 1, 2, 0, 0.25f, true).ok());
+  PullArgs args;
+  args.job_id = "job1";
+  args.worker_id = 1;
+  args.after_seq = 2;
+  auto sink = [](const Chunk&, absl::Span<const float>, const WeightsRef&) {};
+  EXPECT_EQ(store->Pull(args, Past(), sink).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  std::vector<float> seen;
+  absl::StatusOr<PullResult> waited;
+  std::thread t([&] {
+    waited = store->Pull(
+        args, Far(),
+        [&](const Chunk&, absl::Span<const float> w, const WeightsRef&) {
+          seen.insert(seen.end(), w.begin(), w.end());
+        });
+  });
+  ASSERT_TRUE(PushValue(*store, 1, 1, 0, 0.25f, false).ok());
+  t.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  ExpectAll(seen, 0.5f);  // 1 - 0.25 - 0.25: both pushes are in
+}
+
 }  // namespace
 }  // namespace ps::server
