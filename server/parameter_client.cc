@@ -387,10 +387,10 @@ absl::Status StoreChunk(const Placement& p,
   const int size = DTypeSize(dtype);
   if (c.num_elements != chunk.num_elements || size == 0 ||
       c.data.size() != static_cast<size_t>(chunk.num_elements) * size) {
-    return absl::InternalError(absl::StrCat(
-        "server sent chunk ", c.chunk_id, " with ", c.num_elements,
-        " elements / ", c.data.size(), " bytes; expected ", chunk.num_elements,
-        " elements"));
+    return absl::InternalError(
+        absl::StrCat("server sent chunk ", c.chunk_id, " with ", c.num_elements,
+                     " elements / ", c.data.size(), " bytes; expected ",
+                     chunk.num_elements, " elements"));
   }
   absl::Span<float> out =
       tensors[chunk.tensor_index].subspan(chunk.offset, chunk.num_elements);
@@ -559,9 +559,9 @@ ClientImpl::Split(absl::string_view what,
         g.tensor_index >= static_cast<int>(tensor_chunks_.size()) ||
         static_cast<int64_t>(g.grad.size()) !=
             placement_.tensor_elements[g.tensor_index]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": tensor ", g.tensor_index, " with ", g.grad.size(),
-          " floats does not match the placement"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": tensor ", g.tensor_index, " with ",
+                       g.grad.size(), " floats does not match the placement"));
     }
     for (int64_t id : tensor_chunks_[g.tensor_index]) {
       const Chunk& c = placement_.chunks[id];

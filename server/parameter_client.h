@@ -157,10 +157,10 @@ class ParameterClient {
     Ticket end;
     Ticket pull;
   };
-  virtual StepTickets EndStepAndPull(std::vector<TensorGrad> grads,
-                                     int64_t clock, int64_t base_version,
-                                     int64_t next_clock, int64_t min_version,
-                                     std::vector<absl::Span<float>> tensors) = 0;
+  virtual StepTickets EndStepAndPull(
+      std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
+      int64_t next_clock, int64_t min_version,
+      std::vector<absl::Span<float>> tensors) = 0;
 
   virtual const Placement& placement() const = 0;
 };

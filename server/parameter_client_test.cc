@@ -191,8 +191,8 @@ TEST(ParameterClient, EndStepAndPullBringsTheNextWeights) {
       const std::vector<float> gw(1000, 0.5f), gb(30, 0.5f);
       for (int64_t step = 0; step < 2; ++step) {
         ParameterClient::StepTickets t = client->EndStepAndPull(
-            {{1, gb}, {0, gw}}, step, ParameterClient::kPulledVersion,
-            step + 1, 0, weights.spans());
+            {{1, gb}, {0, gw}}, step, ParameterClient::kPulledVersion, step + 1,
+            0, weights.spans());
         ASSERT_TRUE(t.end.Wait(kWait).ok()) << t.end.Wait(kWait);
         ASSERT_TRUE(t.pull.Wait(kWait).ok()) << t.pull.Wait(kWait);
         EXPECT_EQ(t.pull.version(), step + 1);  // each shard counted the step
@@ -215,15 +215,15 @@ TEST(ParameterClient, EndStepAndPullWaitsForTheBspStep) {
   const std::vector<float> g1w(1000, 1.0f), g1b(30, 1.0f);
   const std::vector<float> g2w(1000, 3.0f), g2b(30, 3.0f);
   Weights weights1, weights2;
-  ParameterClient::StepTickets t1 = w1->EndStepAndPull(
-      {{0, g1w}, {1, g1b}}, 0, 0, 1, 1, weights1.spans());
+  ParameterClient::StepTickets t1 =
+      w1->EndStepAndPull({{0, g1w}, {1, g1b}}, 0, 0, 1, 1, weights1.spans());
   // The end of step is answered with the weights, so neither is done before
   // the step closes.
   EXPECT_EQ(t1.pull.Wait(absl::Milliseconds(100)).code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_FALSE(t1.end.Done());
-  ParameterClient::StepTickets t2 = w2->EndStepAndPull(
-      {{0, g2w}, {1, g2b}}, 0, 0, 1, 1, weights2.spans());
+  ParameterClient::StepTickets t2 =
+      w2->EndStepAndPull({{0, g2w}, {1, g2b}}, 0, 0, 1, 1, weights2.spans());
   for (const Ticket* t : {&t1.end, &t1.pull, &t2.end, &t2.pull}) {
     ASSERT_TRUE(t->Wait(kWait).ok()) << t->Wait(kWait);
   }
@@ -247,8 +247,8 @@ TEST(ParameterClient, RejectsMismatchedArguments) {
   EXPECT_EQ(
       client->PullAll(0, 0, {absl::MakeSpan(weights.w)}).Wait(kWait).code(),
       absl::StatusCode::kInvalidArgument);
-  ParameterClient::StepTickets bad = client->EndStepAndPull(
-      {{0, short_tensor}}, 0, 0, 1, 0, weights.spans());
+  ParameterClient::StepTickets bad =
+      client->EndStepAndPull({{0, short_tensor}}, 0, 0, 1, 0, weights.spans());
   EXPECT_EQ(bad.end.Wait(kWait).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.pull.Wait(kWait).code(), absl::StatusCode::kInvalidArgument);
   ParameterClientOptions options;

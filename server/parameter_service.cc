@@ -150,8 +150,8 @@ class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
   // Pulls `request` (job and worker already set) into `chunks`: fp32 weights
   // without a copy, other dtypes narrowed.
   // after_seq: PullArgs::after_seq.
-  absl::StatusOr<PullResult> PullChunks(const PullRequest& request,
-                                        DType dtype, absl::Time deadline,
+  absl::StatusOr<PullResult> PullChunks(const PullRequest& request, DType dtype,
+                                        absl::Time deadline,
                                         std::vector<ChunkOut>* chunks,
                                         uint64_t after_seq = 0);
   // Runs `run` (a pull that fills the response) at once if it need not wait,
@@ -203,17 +203,17 @@ absl::StatusOr<PullResult> ServiceImpl::PullChunks(
     grpc::Slice slice;
     if (size == 4) {
       // The published weights themselves: immutable while referenced.
-      slice = ShareSlice(
-          absl::string_view(reinterpret_cast<const char*>(w.data()),
-                            w.size() * sizeof(float)),
-          ref);
+      slice =
+          ShareSlice(absl::string_view(reinterpret_cast<const char*>(w.data()),
+                                       w.size() * sizeof(float)),
+                     ref);
     } else {
       char* data = nullptr;
       slice = AllocateSlice(w.size() * size, &data);
       NarrowFromFloat(dtype, w, data);
     }
-    chunks->push_back({c.chunk_id, dtype, static_cast<int64_t>(w.size()),
-                       std::move(slice)});
+    chunks->push_back(
+        {c.chunk_id, dtype, static_cast<int64_t>(w.size()), std::move(slice)});
   };
   absl::StatusOr<PullResult> r = store_->Pull(args, deadline, sink);
   if (!r.ok()) return r.status();

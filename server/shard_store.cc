@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <deque>
+#include <filesystem>
 #include <set>
 #include <utility>
 
@@ -475,9 +475,8 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
   job->num_shards = request.num_shards();
   if (request.incarnation() < 0 ||
       request.incarnation() >= (int64_t{1} << (64 - kSeqIncarnationShift))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SetupJob: incarnation ", request.incarnation(),
-                     " is out of range"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SetupJob: incarnation ", request.incarnation(), " is out of range"));
   }
   job->incarnation = request.incarnation();
   PS_ASSIGN_OR_RETURN(job->tensors, ExpandModel(spec.model()));
@@ -502,14 +501,15 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
   }
   bool restored = false;
   if (request.restore()) {
-    PS_ASSIGN_OR_RETURN(restored,
-                        Restore(*job, request.restore_max_version()));
+    PS_ASSIGN_OR_RETURN(restored, Restore(*job, request.restore_max_version()));
   }
   if (request.start_version() > 0) {
     absl::MutexLock jl(&job->mu);
     if (job->version != request.start_version()) {
-      LogLine(absl::StrCat("job ", job->id, ": continuing the weights of "
-                           "version ", job->version, " as version ",
+      LogLine(absl::StrCat("job ", job->id,
+                           ": continuing the weights of "
+                           "version ",
+                           job->version, " as version ",
                            request.start_version()));
     }
     job->version = request.start_version();
@@ -769,8 +769,7 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
     }
     const int64_t every = job.spec.checkpoint().every_versions();
     if (every > 0 && (step + 1) % every == 0 && !options_.data_dir.empty()) {
-      auto snapshot =
-          std::make_shared<CheckpointData>(Snapshot(job, step + 1));
+      auto snapshot = std::make_shared<CheckpointData>(Snapshot(job, step + 1));
       {
         absl::MutexLock sl(&job.snapshot_mu);
         job.aligned_snapshots.push_back(std::move(snapshot));
@@ -1044,12 +1043,13 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
     if (args.after_seq > 0) {
       ready = [&, model_ready = std::move(ready)]()
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu) {
-        if (job->torn_down || job->shutting_down) return true;
-        auto w = job->workers.find(args.worker_id);
-        const bool landed = w == job->workers.end() || !w->second.active ||
-                            w->second.seq.contiguous >= args.after_seq;
-        return landed && model_ready();
-      };
+                    if (job->torn_down || job->shutting_down) return true;
+                    auto w = job->workers.find(args.worker_id);
+                    const bool landed =
+                        w == job->workers.end() || !w->second.active ||
+                        w->second.seq.contiguous >= args.after_seq;
+                    return landed && model_ready();
+                  };
     }
     if (!ready()) {
       job->blocked_pulls.fetch_add(1, std::memory_order_relaxed);
@@ -1074,9 +1074,8 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
       }
     }
     if (job->replaced) {
-      return absl::UnavailableError(
-          absl::StrCat("job '", job->id,
-                       "' is rolling back to a checkpoint on this shard"));
+      return absl::UnavailableError(absl::StrCat(
+          "job '", job->id, "' is rolling back to a checkpoint on this shard"));
     }
     if (job->torn_down) {
       return absl::NotFoundError(
@@ -1319,13 +1318,13 @@ absl::StatusOr<bool> ShardStoreImpl::Restore(Job& job, int64_t max_version) {
     }
     absl::MutexLock jl(&job.mu);
     job.version = set.version;
-    LogLine(absl::StrCat("job ", job.id, ": restored checkpoint version ",
-                         set.version, " written by ",
-                         set.paths.size() == 1 && set.num_shards > 1
-                             ? absl::StrCat("this shard (of ", set.num_shards,
-                                            ")")
-                             : absl::StrCat(set.num_shards, " shard(s)"),
-                         set.mixed ? " (shards at different versions)" : ""));
+    LogLine(
+        absl::StrCat("job ", job.id, ": restored checkpoint version ",
+                     set.version, " written by ",
+                     set.paths.size() == 1 && set.num_shards > 1
+                         ? absl::StrCat("this shard (of ", set.num_shards, ")")
+                         : absl::StrCat(set.num_shards, " shard(s)"),
+                     set.mixed ? " (shards at different versions)" : ""));
     return true;
   }
   return false;

@@ -977,10 +977,11 @@ TEST(ShardStore, ShardRestoresFromItsOwnDataDirectory) {
     for (int64_t id : placement->shard_chunks[shard]) {
       const Chunk& c = placement->chunks[id];
       buffers.emplace_back(c.num_elements, 0.25f * (shard + 1));
-      args.chunks.push_back(Contiguous(
-          id, FLOAT32, c.num_elements,
-          absl::string_view(reinterpret_cast<const char*>(buffers.back().data()),
-                            c.num_elements * 4)));
+      args.chunks.push_back(
+          Contiguous(id, FLOAT32, c.num_elements,
+                     absl::string_view(
+                         reinterpret_cast<const char*>(buffers.back().data()),
+                         c.num_elements * 4)));
     }
     ASSERT_TRUE(store->Push(args, Far()).ok());
     ASSERT_TRUE(store->Checkpoint("job1").ok());
@@ -1080,9 +1081,9 @@ TEST(ShardStore, BspCheckpointsAtMultiplesOfEveryVersions) {
   }
   ASSERT_TRUE(store->CheckpointDue().ok());
   ASSERT_TRUE(store->CheckpointDue().ok());  // nothing new: no file
-  EXPECT_EQ(versions(), (std::vector<std::string>{
-                            "ckpt-v00000000000000000004",
-                            "ckpt-v00000000000000000008"}));
+  EXPECT_EQ(versions(),
+            (std::vector<std::string>{"ckpt-v00000000000000000004",
+                                      "ckpt-v00000000000000000008"}));
   // The file at 8 holds the weights of version 8, not 9.
   auto restored = NewStore(&clock, dir);
   SetupJobRequest r = JobSetup(spec, {1});

@@ -211,8 +211,8 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers) {
             all.push_back({t, grads[t]});
           }
           ParameterClient::StepTickets st = client->EndStepAndPull(
-              std::move(all), clock, ParameterClient::kPulledVersion,
-              clock + 1, 0, spans);
+              std::move(all), clock, ParameterClient::kPulledVersion, clock + 1,
+              0, spans);
           PS_RETURN_IF_ERROR(st.end.Wait(absl::Seconds(60)));
           return st.pull.Wait(absl::Seconds(60));
         }
@@ -517,8 +517,8 @@ int Main() {
             ? absl::StrFormat("%.0f (of 64 MB)", tcp[i].second)
             : absl::StrFormat("%.0f", tcp[i].second);
     emit(absl::StrFormat("| %s | %.2f | %s | %.2f | %.2f | %.0f |",
-                         SizeName(sizes[i]), tcp[i].first, trips,
-                         raw1[i].first, raw2[i].first, raw1[i].second));
+                         SizeName(sizes[i]), tcp[i].first, trips, raw1[i].first,
+                         raw2[i].first, raw1[i].second));
   }
   emit("\n## ps push+pull (ASP, in-process shards, " +
        absl::StrCat(connections, " connections per shard, ", piece >> 20,

@@ -385,11 +385,11 @@ absl::StatusOr<std::unique_ptr<BatchPrefetcher>> BatchPrefetcher::Create(
   if (options.batch_size < 1 || options.prefetch_batches < 1 ||
       options.first_epoch < 0 || options.num_epochs < 0 ||
       options.first_batch < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad prefetcher options: batch_size ", options.batch_size,
-        ", prefetch_batches ", options.prefetch_batches, ", first_epoch ",
-        options.first_epoch, ", first_batch ", options.first_batch,
-        ", num_epochs ", options.num_epochs));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad prefetcher options: batch_size ", options.batch_size,
+                     ", prefetch_batches ", options.prefetch_batches,
+                     ", first_epoch ", options.first_epoch, ", first_batch ",
+                     options.first_batch, ", num_epochs ", options.num_epochs));
   }
   if (absl::Status valid = ValidateAssignment(options.assignment);
       !valid.ok()) {

@@ -1352,8 +1352,8 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
   }
   std::optional<Rollback> rollback;
   if (state == RUNNING && all_up && (!lost.empty() || rollback_pending)) {
-    rollback = RollBack(job_id, spec, servers, membership, incarnation + 1,
-                        lost);
+    rollback =
+        RollBack(job_id, spec, servers, membership, incarnation + 1, lost);
     for (size_t k = 0; k < actions.size(); ++k) {
       if (actions[k].kind != ShardAction::kCheck) continue;
       if (!rollback->status.ok()) {
@@ -1555,20 +1555,19 @@ CoordinatorImpl::Rollback CoordinatorImpl::RollBack(
     }
     lowest = std::min(lowest, version[i]);
   }
-  const int64_t workers =
-      std::max<int64_t>(1, membership.worker_ids_size());
+  const int64_t workers = std::max<int64_t>(1, membership.worker_ids_size());
   out.version = target;
   out.start_step = bsp ? target : lowest / workers;
   std::vector<std::string> names;
   for (int i : lost) names.push_back(absl::StrCat(i));
   out.note = absl::StrCat(
       "shard(s) ", absl::StrJoin(names, ", "), " restarted; every shard ",
-      highest > 0 ? absl::StrCat("restored its checkpoint at version ",
-                                 lowest == highest
-                                     ? absl::StrCat(target)
-                                     : absl::StrCat(lowest, "-", highest))
-                 : std::string("restarted from the initial weights (no "
-                               "checkpoint)"),
+      highest > 0
+          ? absl::StrCat("restored its checkpoint at version ",
+                         lowest == highest ? absl::StrCat(target)
+                                           : absl::StrCat(lowest, "-", highest))
+          : std::string("restarted from the initial weights (no "
+                        "checkpoint)"),
       relabelled ? " (no version was on every shard: each restored its newest "
                    "at or below it and continues as that step)"
                  : "",

@@ -597,8 +597,8 @@ TEST_F(CoordinatorTest, RestartedServerRollsTheJobBackToOneVersion) {
     EXPECT_EQ(r.incarnation(), 1);
     calls.emplace_back(r.shard_index(), r.restore_max_version());
   }
-  EXPECT_EQ(calls, (std::vector<std::pair<int, int64_t>>{
-                       {1, 0}, {0, 40}, {1, 20}}));
+  EXPECT_EQ(calls,
+            (std::vector<std::pair<int, int64_t>>{{1, 0}, {0, 40}, {1, 20}}));
   EXPECT_TRUE(HasEvent(id, "server_restored"));
   EXPECT_TRUE(HasEvent(id, "rollback"));
   JobRecord r = Job(id);
