@@ -209,6 +209,27 @@ class CoordinatorTest : public ::testing::Test {
     return id;
   }
 
+  // Servers at 127.0.0.1:7001 and :7002 and `n` workers, one job running
+  // on them.
+  std::string TwoShardJob(int n, const JobSpec& spec, std::vector<int64_t>* w) {
+    AddServer("127.0.0.1:7001");
+    AddServer("127.0.0.1:7002");
+    for (int i = 0; i < n; ++i) w->push_back(AddWorker());
+    const std::string id = Submit(spec);
+    coordinator_->Tick();
+    EXPECT_EQ(Job(id).state(), RUNNING) << Job(id).reason();
+    return id;
+  }
+
+  // The server at `address` restarts without its jobs and registers again;
+  // `shards_.setups` then holds what the coordinator set up since.
+  void RestartServer(const std::string& address) {
+    shards_.setups.clear();
+    shards_.Restart(address);
+    AddServer(address);
+    coordinator_->Tick();
+  }
+
   // Time passes; the servers keep heartbeating.
   void Tock(int64_t ms) {
     clock_.AdvanceMs(ms);
@@ -576,19 +597,11 @@ TEST_F(CoordinatorTest, RestartedServerIsSetUpAgainFromItsCheckpoint) {
 TEST_F(CoordinatorTest, RestartedServerRollsTheJobBackToOneVersion) {
   shards_.checkpoints["127.0.0.1:7001"] = {20, 60};
   shards_.checkpoints["127.0.0.1:7002"] = {20, 40};
-  AddServer("127.0.0.1:7001");
-  AddServer("127.0.0.1:7002");
-  std::vector<int64_t> w = {AddWorker(), AddWorker()};
-  JobSpec spec = Spec(2);
-  const std::string id = Submit(spec);
-  coordinator_->Tick();
-  ASSERT_EQ(Job(id).state(), RUNNING) << Job(id).reason();
+  std::vector<int64_t> w;
+  const std::string id = TwoShardJob(2, Spec(2), &w);
   Advance(100, w, id, 57);
   EXPECT_EQ(Job(id).global_step(), 57);
-  shards_.setups.clear();
-  shards_.Restart("127.0.0.1:7002");
-  AddServer("127.0.0.1:7002");
-  coordinator_->Tick();
+  RestartServer("127.0.0.1:7002");
   // 7002 restores 40 (its newest); 7001 has nothing at 40 and restores 20;
   // 7002 goes back to 20 as well.
   std::vector<std::pair<int, int64_t>> calls;
@@ -641,19 +654,12 @@ TEST_F(CoordinatorTest, RestartedServerRollsTheJobBackToOneVersion) {
 TEST_F(CoordinatorTest, AspRollbackRestoresEachShardsNewest) {
   shards_.checkpoints["127.0.0.1:7001"] = {20, 60};
   shards_.checkpoints["127.0.0.1:7002"] = {20, 40};
-  AddServer("127.0.0.1:7001");
-  AddServer("127.0.0.1:7002");
-  std::vector<int64_t> w = {AddWorker(), AddWorker()};
   JobSpec spec = Spec(2);
   spec.mutable_consistency()->set_model(ConsistencySpec::ASP);
-  const std::string id = Submit(spec);
-  coordinator_->Tick();
-  ASSERT_EQ(Job(id).state(), RUNNING) << Job(id).reason();
+  std::vector<int64_t> w;
+  const std::string id = TwoShardJob(2, spec, &w);
   Advance(100, w, id, 57);
-  shards_.setups.clear();
-  shards_.Restart("127.0.0.1:7002");
-  AddServer("127.0.0.1:7002");
-  coordinator_->Tick();
+  RestartServer("127.0.0.1:7002");
   std::vector<std::pair<int, int64_t>> calls;
   for (const SetupJobRequest& r : shards_.setups) {
     EXPECT_TRUE(r.replace());
@@ -671,16 +677,9 @@ TEST_F(CoordinatorTest, AspRollbackRestoresEachShardsNewest) {
 TEST_F(CoordinatorTest, BspRollbackWithoutACommonVersionRelabels) {
   shards_.checkpoints["127.0.0.1:7001"] = {60};
   shards_.checkpoints["127.0.0.1:7002"] = {40};
-  AddServer("127.0.0.1:7001");
-  AddServer("127.0.0.1:7002");
-  std::vector<int64_t> w = {AddWorker()};
-  const std::string id = Submit(Spec(1));
-  coordinator_->Tick();
-  ASSERT_EQ(Job(id).state(), RUNNING) << Job(id).reason();
-  shards_.setups.clear();
-  shards_.Restart("127.0.0.1:7002");
-  AddServer("127.0.0.1:7002");
-  coordinator_->Tick();
+  std::vector<int64_t> w;
+  const std::string id = TwoShardJob(1, Spec(1), &w);
+  RestartServer("127.0.0.1:7002");
   ASSERT_GE(shards_.setups.size(), 2u);
   const SetupJobRequest& last = shards_.setups.back();
   EXPECT_EQ(last.start_version(), 40);
