@@ -128,13 +128,15 @@ else
     # Debian's Abseil is not built with TSan, so absl::Mutex is invisible to
     # it; tools/sanitizers/absl_mutex_tsan.cc (LD_PRELOAD) tells TSan about
     # every Mutex/CondVar operation, and tsan.supp covers the other
-    # uninstrumented system libraries only.
+    # uninstrumented system libraries only. The hash reruns the tests when
+    # the shim changes (its path does not).
     if shim=$(tools/sanitizers/tsan_preload.sh); then
       run_step "tsan" --output_base="$HOME/.cache/bazel-ps-tsan" -- \
         --config=tsan "${san_flags[@]}" \
         --test_env=LD_PRELOAD="$shim" \
+        --test_env=PS_TSAN_SHIM_SHA256="$(sha256sum "$shim" | cut -c1-64)" \
         --test_env=TSAN_OPTIONS=suppressions="$root/tools/sanitizers/tsan.supp":halt_on_error=1:second_deadlock_stack=1 \
-        //common/... //server/... //worker/... \
+        //tools/sanitizers:all //common/... //server/... //worker/... \
         //kernels:cuda_emulated_backend_test //kernels:cpu_backend_test \
         //tests:ps_server_grpc_test //tests:coordinator_lifecycle_test \
         //tests:e2e_train_test

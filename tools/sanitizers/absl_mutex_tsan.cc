@@ -9,6 +9,16 @@
 // lock up and take it again). Readers are treated like writers for these
 // edges, which can only hide reader-reader pairs (never races).
 //
+// Conditions need one more edge. absl evaluates a waiter's Condition inside
+// the Mutex calls, in whichever thread holds the lock at that moment: the
+// waiter itself (in Await, after the release edge above) or the thread that
+// is giving the lock up (in Unlock, also after it). The waiter then returns
+// and reuses what its Condition read (its locals), and the others write what
+// they read. So Condition::Eval is interposed too: the Mutex entry points
+// note in a thread-local which Mutex the thread is inside, and Eval acquires
+// that Mutex's edge before evaluating and releases it after, as the holder
+// of the lock that it is at that moment.
+//
 // Build: g++ -std=c++20 -O1 -fPIC -shared absl_mutex_tsan.cc -o X.so -ldl
 // (not instrumented itself; __tsan_acquire/__tsan_release come from the
 // TSan runtime of the process).
@@ -46,6 +56,20 @@ void Release(const void* mu) {
 
 #define PS_REAL(var, type, mangled) static const auto var = Real<type>(mangled)
 
+// The Mutex whose entry point this thread is in (for Condition::Eval).
+thread_local const void* tl_mutex = nullptr;
+
+class InMutex {
+ public:
+  explicit InMutex(const void* mu) : previous_(tl_mutex) { tl_mutex = mu; }
+  ~InMutex() { tl_mutex = previous_; }
+  InMutex(const InMutex&) = delete;
+  InMutex& operator=(const InMutex&) = delete;
+
+ private:
+  const void* previous_;
+};
+
 }  // namespace
 
 namespace absl {
@@ -53,32 +77,38 @@ ABSL_NAMESPACE_BEGIN
 
 void Mutex::Lock() {
   PS_REAL(f, void (*)(Mutex*), "_ZN4absl7debian35Mutex4LockEv");
+  InMutex in(this);
   f(this);
   Acquire(this);
 }
 void Mutex::ReaderLock() {
   PS_REAL(f, void (*)(Mutex*), "_ZN4absl7debian35Mutex10ReaderLockEv");
+  InMutex in(this);
   f(this);
   Acquire(this);
 }
 void Mutex::Unlock() {
   PS_REAL(f, void (*)(Mutex*), "_ZN4absl7debian35Mutex6UnlockEv");
+  InMutex in(this);
   Release(this);
   f(this);
 }
 void Mutex::ReaderUnlock() {
   PS_REAL(f, void (*)(Mutex*), "_ZN4absl7debian35Mutex12ReaderUnlockEv");
+  InMutex in(this);
   Release(this);
   f(this);
 }
 bool Mutex::TryLock() {
   PS_REAL(f, bool (*)(Mutex*), "_ZN4absl7debian35Mutex7TryLockEv");
+  InMutex in(this);
   const bool ok = f(this);
   if (ok) Acquire(this);
   return ok;
 }
 bool Mutex::ReaderTryLock() {
   PS_REAL(f, bool (*)(Mutex*), "_ZN4absl7debian35Mutex13ReaderTryLockEv");
+  InMutex in(this);
   const bool ok = f(this);
   if (ok) Acquire(this);
   return ok;
@@ -86,12 +116,14 @@ bool Mutex::ReaderTryLock() {
 void Mutex::LockWhen(const Condition& c) {
   PS_REAL(f, void (*)(Mutex*, const Condition&),
           "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
+  InMutex in(this);
   f(this, c);
   Acquire(this);
 }
 void Mutex::ReaderLockWhen(const Condition& c) {
   PS_REAL(f, void (*)(Mutex*, const Condition&),
           "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
+  InMutex in(this);
   f(this, c);
   Acquire(this);
 }
@@ -99,6 +131,7 @@ bool Mutex::LockWhenWithTimeout(const Condition& c, absl::Duration t) {
   PS_REAL(f, bool (*)(Mutex*, const Condition&, absl::Duration),
           "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_"
           "8DurationE");
+  InMutex in(this);
   const bool r = f(this, c, t);
   Acquire(this);
   return r;
@@ -107,6 +140,7 @@ bool Mutex::LockWhenWithDeadline(const Condition& c, absl::Time t) {
   PS_REAL(f, bool (*)(Mutex*, const Condition&, absl::Time),
           "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_"
           "4TimeE");
+  InMutex in(this);
   const bool r = f(this, c, t);
   Acquire(this);
   return r;
@@ -115,6 +149,7 @@ bool Mutex::ReaderLockWhenWithTimeout(const Condition& c, absl::Duration t) {
   PS_REAL(f, bool (*)(Mutex*, const Condition&, absl::Duration),
           "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_"
           "9ConditionENS0_8DurationE");
+  InMutex in(this);
   const bool r = f(this, c, t);
   Acquire(this);
   return r;
@@ -123,6 +158,7 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& c, absl::Time t) {
   PS_REAL(f, bool (*)(Mutex*, const Condition&, absl::Time),
           "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_"
           "9ConditionENS0_4TimeE");
+  InMutex in(this);
   const bool r = f(this, c, t);
   Acquire(this);
   return r;
@@ -130,6 +166,7 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& c, absl::Time t) {
 void Mutex::Await(const Condition& c) {
   PS_REAL(f, void (*)(Mutex*, const Condition&),
           "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
+  InMutex in(this);
   Release(this);
   f(this, c);
   Acquire(this);
@@ -138,6 +175,7 @@ bool Mutex::AwaitWithTimeout(const Condition& c, absl::Duration t) {
   PS_REAL(f, bool (*)(Mutex*, const Condition&, absl::Duration),
           "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_"
           "8DurationE");
+  InMutex in(this);
   Release(this);
   const bool r = f(this, c, t);
   Acquire(this);
@@ -147,15 +185,26 @@ bool Mutex::AwaitWithDeadline(const Condition& c, absl::Time t) {
   PS_REAL(f, bool (*)(Mutex*, const Condition&, absl::Time),
           "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_"
           "4TimeE");
+  InMutex in(this);
   Release(this);
   const bool r = f(this, c, t);
   Acquire(this);
   return r;
 }
 
+bool Condition::Eval() const {
+  PS_REAL(f, bool (*)(const Condition*), "_ZNK4absl7debian39Condition4EvalEv");
+  const void* mu = tl_mutex;
+  if (mu != nullptr) Acquire(mu);
+  const bool r = f(this);
+  if (mu != nullptr) Release(mu);
+  return r;
+}
+
 void CondVar::Wait(Mutex* mu) {
   PS_REAL(f, void (*)(CondVar*, Mutex*),
           "_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE");
+  InMutex in(mu);
   Release(mu);
   f(this, mu);
   Acquire(mu);
@@ -164,6 +213,7 @@ bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration t) {
   PS_REAL(f, bool (*)(CondVar*, Mutex*, absl::Duration),
           "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_"
           "8DurationE");
+  InMutex in(mu);
   Release(mu);
   const bool r = f(this, mu, t);
   Acquire(mu);
@@ -172,6 +222,7 @@ bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration t) {
 bool CondVar::WaitWithDeadline(Mutex* mu, absl::Time t) {
   PS_REAL(f, bool (*)(CondVar*, Mutex*, absl::Time),
           "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+  InMutex in(mu);
   Release(mu);
   const bool r = f(this, mu, t);
   Acquire(mu);
