@@ -278,8 +278,11 @@ class ClientImpl final : public ParameterClient {
                             const std::vector<absl::Span<float>>& tensors);
   // Each shard's messages (chunk lists of at most max_request_bytes) for
   // `grads`; borrows fp32 gradient memory.
+  // spread > 1: also cut each shard's part into about `spread` messages
+  // (whole chunks), so that one step's bytes use every connection.
   absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>> Split(
-      absl::string_view what, const std::vector<TensorGrad>& grads);
+      absl::string_view what, const std::vector<TensorGrad>& grads,
+      int spread = 1);
   // Starts the Pull of one group of a shard's chunks into `tensors`.
   void StartPull(const std::shared_ptr<TicketState>& ticket, int shard,
                  const std::vector<int64_t>& group, int64_t clock,
@@ -546,14 +549,16 @@ Ticket ClientImpl::SendPush(int shard, std::vector<ChunkOut> chunks,
 }
 
 absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>>
-ClientImpl::Split(absl::string_view what,
-                  const std::vector<TensorGrad>& grads) {
+ClientImpl::Split(absl::string_view what, const std::vector<TensorGrad>& grads,
+                  int spread) {
   const DType dtype = options_.wire_dtype;
   const int size = DTypeSize(dtype);
-  // Messages per shard, each at most max_request_bytes of payload.
+  // Messages per shard, each at most max_request_bytes of payload, or with
+  // `spread`, at most 1/spread of the shard's bytes.
   std::vector<std::vector<std::vector<ChunkOut>>> messages(
       placement_.num_shards);
   std::vector<int64_t> bytes(placement_.num_shards, 0);
+  std::vector<int64_t> limit(placement_.num_shards, options_.max_request_bytes);
   for (const TensorGrad& g : grads) {
     if (g.tensor_index < 0 ||
         g.tensor_index >= static_cast<int>(tensor_chunks_.size()) ||
@@ -563,6 +568,21 @@ ClientImpl::Split(absl::string_view what,
           absl::StrCat(what, ": tensor ", g.tensor_index, " with ",
                        g.grad.size(), " floats does not match the placement"));
     }
+    if (spread > 1) {
+      for (int64_t id : tensor_chunks_[g.tensor_index]) {
+        bytes[placement_.chunks[id].shard] +=
+            placement_.chunks[id].num_elements * size;
+      }
+    }
+  }
+  if (spread > 1) {
+    for (int s = 0; s < placement_.num_shards; ++s) {
+      limit[s] = std::min(
+          limit[s], std::max<int64_t>(1, (bytes[s] + spread - 1) / spread));
+      bytes[s] = 0;
+    }
+  }
+  for (const TensorGrad& g : grads) {
     for (int64_t id : tensor_chunks_[g.tensor_index]) {
       const Chunk& c = placement_.chunks[id];
       const absl::Span<const float> part =
@@ -581,8 +601,7 @@ ClientImpl::Split(absl::string_view what,
       }
       auto& shard_messages = messages[c.shard];
       const int64_t b = c.num_elements * size;
-      if (shard_messages.empty() ||
-          bytes[c.shard] + b > options_.max_request_bytes) {
+      if (shard_messages.empty() || bytes[c.shard] + b > limit[c.shard]) {
         shard_messages.emplace_back();
         bytes[c.shard] = 0;
       }
@@ -630,84 +649,140 @@ ParameterClient::StepTickets ClientImpl::EndStepAndPull(
   auto pull = std::make_shared<TicketState>();
   absl::Status bad = CheckTensors("EndStepAndPull", tensors);
   absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>> messages =
-      Split("EndStepAndPull", grads);
+      Split("EndStepAndPull", grads,
+            options_.pipeline_step_end ? options_.connections_per_shard : 1);
+  const bool per_message = options_.pipeline_step_end;
   if (bad.ok() && !messages.ok()) bad = messages.status();
   if (!bad.ok()) {
     end->status = bad;
     pull->status = bad;
     return {Ticket(end), Ticket(pull)};
   }
+  const int64_t elem = DTypeSize(options_.wire_dtype);
+  // Per shard: the chunks each push message asks back (`fused`) and the
+  // groups pulled once the end of step is acknowledged (`rest`). With
+  // pipeline_step_end, every message asks for its own chunks. The last
+  // message, which ends the step, asks for its own chunks and then the
+  // shard's others, up to one message's worth.
+  std::vector<std::vector<std::vector<int64_t>>> fused(placement_.num_shards);
+  std::vector<std::vector<std::vector<int64_t>>> rest(placement_.num_shards);
   int pushes = 0, pulls = 0;
-  for (int s = 0; s < placement_.num_shards; ++s) {
-    pushes += std::max<int>(1, (*messages)[s].size());
-    pulls += pull_groups_[s].size();
-  }
-  end->Add(pushes);
-  pull->Add(pulls);
+  std::vector<bool> taken(placement_.chunks.size(), false);
   for (int s = 0; s < placement_.num_shards; ++s) {
     std::vector<std::vector<ChunkOut>>& shard_messages = (*messages)[s];
     if (shard_messages.empty()) shard_messages.emplace_back();
-    for (size_t m = 0; m + 1 < shard_messages.size(); ++m) {
-      SendPush(s, std::move(shard_messages[m]), clock, base_version, false,
-               end);
+    std::vector<std::vector<int64_t>>& f = fused[s];
+    f.resize(shard_messages.size());
+    for (size_t m = per_message ? 0 : shard_messages.size() - 1;
+         m < shard_messages.size(); ++m) {
+      for (const ChunkOut& c : shard_messages[m]) {
+        if (taken[c.chunk_id]) continue;
+        taken[c.chunk_id] = true;
+        f[m].push_back(c.chunk_id);
+      }
     }
-    // The last message ends the step and brings back the first pull group.
-    const std::vector<std::vector<int64_t>>& groups = pull_groups_[s];
-    PushRequest header = PushHeader(s, clock, base_version, true);
-    PullRequest* then = header.mutable_then_pull();
-    then->set_clock(next_clock);
-    then->set_min_version(min_version);
-    then->set_dtype(options_.wire_dtype);
-    for (int64_t id : groups[0]) then->add_chunk_ids(id);
-    auto call = NewCall(end, s, kPushMethod);
-    call->encode = [header = std::move(header),
-                    chunks = std::move(shard_messages.back())] {
-      return EncodeWithPayloads(header, kPushChunksField, chunks);
-    };
-    // Whether the response carried the weights (a server that predates
-    // then_pull ignores it and answers a plain push).
-    auto pulled = std::make_shared<std::atomic<bool>>(false);
-    const Placement* p = &placement_;
-    std::atomic<int64_t>* pulled_version = &pulled_version_[s];
-    call->on_response = [p, tensors, end, pull, pulled,
-                         pulled_version](const grpc::ByteBuffer& buffer) {
-      PushResponse response;
-      std::vector<grpc::Slice> slices;
-      PS_RETURN_IF_ERROR(DecodeSegmented(
-          buffer, kPushPulledChunksField, &response, &slices,
-          [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
-            return StoreChunk(*p, tensors, c, segs);
-          }));
-      RecordPush(*end, response);
-      if (response.pulled()) {
-        pulled_version->store(response.pulled_version());
-        pulled->store(true);
-        absl::MutexLock l(&pull->mu);
-        pull->version = std::min(pull->version, response.pulled_version());
-        pull->min_clock =
-            std::min(pull->min_clock, response.pulled_min_clock());
+    int64_t bytes = 0;
+    for (int64_t id : f.back()) bytes += placement_.chunks[id].num_elements;
+    bytes *= elem;
+    std::vector<int64_t> group;
+    int64_t group_bytes = 0;
+    for (int64_t id : placement_.shard_chunks[s]) {
+      if (taken[id]) continue;
+      const int64_t b = placement_.chunks[id].num_elements * elem;
+      if (rest[s].empty() && group.empty() &&
+          (f.back().empty() || bytes + b <= options_.max_request_bytes)) {
+        f.back().push_back(id);
+        bytes += b;
+        continue;
       }
-      return absl::OkStatus();
-    };
-    // Runs on a gRPC callback thread: the follow-up pulls must not reap
-    // contexts there.
-    call->after = [this, pull, pulled, s, next_clock, min_version,
-                   tensors](const absl::Status& status) {
-      const std::vector<std::vector<int64_t>>& groups = pull_groups_[s];
-      if (!status.ok()) {
-        for (size_t g = 0; g < groups.size(); ++g) pull->Complete(status);
-        return;
+      if (!group.empty() && group_bytes + b > options_.max_request_bytes) {
+        rest[s].push_back(std::move(group));
+        group.clear();
+        group_bytes = 0;
       }
-      if (pulled->load()) {
-        pull->Complete(absl::OkStatus());
-      } else {
-        StartPull(pull, s, groups[0], next_clock, min_version, tensors, false);
+      group.push_back(id);
+      group_bytes += b;
+    }
+    if (!group.empty()) rest[s].push_back(std::move(group));
+    for (std::vector<int64_t>& ids : f) std::sort(ids.begin(), ids.end());
+    pushes += shard_messages.size();
+    pulls += shard_messages.size() + rest[s].size();
+  }
+  end->Add(pushes);
+  pull->Add(pulls);
+  const Placement* p = &placement_;
+  for (int s = 0; s < placement_.num_shards; ++s) {
+    std::vector<std::vector<ChunkOut>>& shard_messages = (*messages)[s];
+    for (size_t m = 0; m < shard_messages.size(); ++m) {
+      const bool last = m + 1 == shard_messages.size();
+      PushRequest header = PushHeader(s, clock, base_version, last);
+      // (No chunk ids would mean all of them: a message whose chunks an
+      // earlier one already asks for asks for nothing.)
+      const bool ask = last || !fused[s][m].empty();
+      if (ask) {
+        PullRequest* then = header.mutable_then_pull();
+        then->set_clock(next_clock);
+        then->set_min_version(min_version);
+        then->set_dtype(options_.wire_dtype);
+        for (int64_t id : fused[s][m]) then->add_chunk_ids(id);
       }
-      for (size_t g = 1; g < groups.size(); ++g) {
-        StartPull(pull, s, groups[g], next_clock, min_version, tensors, false);
-      }
-    };
-    Launch(std::move(call));
+      auto call = NewCall(end, s, kPushMethod);
+      call->encode = [header = std::move(header),
+                      chunks = std::move(shard_messages[m])] {
+        return EncodeWithPayloads(header, kPushChunksField, chunks);
+      };
+      // Whether the response carried the weights (a server that predates
+      // then_pull ignores it and answers a plain push).
+      auto pulled = std::make_shared<std::atomic<bool>>(false);
+      std::atomic<int64_t>* pulled_version = &pulled_version_[s];
+      call->on_response = [p, tensors, end, pull, pulled, pulled_version,
+                           last](const grpc::ByteBuffer& buffer) {
+        PushResponse response;
+        std::vector<grpc::Slice> slices;
+        PS_RETURN_IF_ERROR(DecodeSegmented(
+            buffer, kPushPulledChunksField, &response, &slices,
+            [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
+              return StoreChunk(*p, tensors, c, segs);
+            }));
+        RecordPush(*end, response);
+        if (response.pulled()) {
+          pulled->store(true);
+          absl::MutexLock l(&pull->mu);
+          pull->min_clock =
+              std::min(pull->min_clock, response.pulled_min_clock());
+          // The weights' version is the one the end of step reports: the
+          // earlier messages' answers (ASP/SSP) predate this worker's own
+          // end of step, which would count as one version of staleness.
+          if (last) {
+            pulled_version->store(response.pulled_version());
+            pull->version = std::min(pull->version, response.pulled_version());
+          }
+        }
+        return absl::OkStatus();
+      };
+      // Runs on a gRPC callback thread: the follow-up pulls must not reap
+      // contexts there.
+      call->after = [this, pull, pulled, s, ask, next_clock, min_version,
+                     tensors, ids = fused[s][m],
+                     more =
+                         last ? rest[s] : std::vector<std::vector<int64_t>>()](
+                        const absl::Status& status) {
+        if (!status.ok()) {
+          pull->Complete(status);
+          for (size_t g = 0; g < more.size(); ++g) pull->Complete(status);
+          return;
+        }
+        if (pulled->load() || !ask) {
+          pull->Complete(absl::OkStatus());
+        } else {
+          StartPull(pull, s, ids, next_clock, min_version, tensors, false);
+        }
+        for (const std::vector<int64_t>& group : more) {
+          StartPull(pull, s, group, next_clock, min_version, tensors, false);
+        }
+      };
+      Launch(std::move(call));
+    }
   }
   return {Ticket(end), Ticket(pull)};
 }

@@ -58,6 +58,15 @@ struct ParameterClientOptions {
   // the receiver's TCP processing too). For callers with work to overlap
   // (a worker pushing during backward); costs a thread hand-off per call.
   bool send_thread = false;
+  // EndStepAndPull: each shard's part is cut into about
+  // connections_per_shard messages (at most max_request_bytes each), and
+  // every message asks back the weights of its own chunks, so the answers to
+  // the first messages flow back while the later ones are still being sent.
+  // For ASP/SSP, where a push's answer need not wait for the step. Off (BSP,
+  // where no answer can come before the step closes): the part is cut only
+  // at max_request_bytes and the message that ends the step asks for all;
+  // tools/train_bench measured the split as slower there.
+  bool pipeline_step_end = true;
 };
 
 namespace internal {
@@ -146,7 +155,9 @@ class ParameterClient {
   // min_version, tensors) would get (waiting just as long). One round trip
   // per shard then ends a step and fetches the next step's weights (shards
   // whose chunks exceed one message fetch the rest with Pull calls started
-  // when the end of step is acknowledged). `end` covers the grads' pushes
+  // when the end of step is acknowledged). With pipeline_step_end, each
+  // shard's part goes in several messages that each ask back their own
+  // chunks, and the last one the rest. `end` covers the grads' pushes
   // and the end of step (its version: the lowest the shards reported), and
   // since the shards answer the end of step only with the weights, it
   // completes no earlier than the pull's first part (BSP: once the step has

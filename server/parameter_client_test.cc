@@ -169,36 +169,49 @@ TEST(ParameterClient, TicketWaitIsBounded) {
 
 // EndStepAndPull: the gradients go with the end of step and its answer
 // carries the next step's weights, in one message per shard or, when they
-// do not fit, with the rest pulled after it; with and without a send thread.
+// do not fit, with the rest pulled after it; with and without a send
+// thread, and with the end of step pipelined (each message answered with
+// its own chunks) or not. The second step pushes the bias first on its own,
+// so the end of step must also bring back chunks it did not carry.
 TEST(ParameterClient, EndStepAndPullBringsTheNextWeights) {
   const std::vector<WireCase> cases = {
       {"one_message_per_shard", FLOAT32, 1 << 20, 1},
+      {"two_connections", FLOAT32, 1 << 20, 2},
       {"a_message_per_chunk", FLOAT32, 400, 2},
       {"fp16", FLOAT16, 4096, 2},
   };
   for (bool send_thread : {false, true}) {
-    for (const WireCase& c : cases) {
-      SCOPED_TRACE(absl::StrCat(c.name, send_thread ? " send thread" : ""));
-      Cluster cluster(2, Spec(ConsistencySpec::ASP));
-      ParameterClientOptions options;
-      options.wire_dtype = c.dtype;
-      options.max_request_bytes = c.max_request_bytes;
-      options.connections_per_shard = c.connections;
-      options.send_thread = send_thread;
-      auto client = cluster.Client(1, options);
-      Weights weights;
-      ASSERT_TRUE(client->PullAll(0, 0, weights.spans()).Wait(kWait).ok());
-      const std::vector<float> gw(1000, 0.5f), gb(30, 0.5f);
-      for (int64_t step = 0; step < 2; ++step) {
-        ParameterClient::StepTickets t = client->EndStepAndPull(
-            {{1, gb}, {0, gw}}, step, ParameterClient::kPulledVersion, step + 1,
-            0, weights.spans());
-        ASSERT_TRUE(t.end.Wait(kWait).ok()) << t.end.Wait(kWait);
-        ASSERT_TRUE(t.pull.Wait(kWait).ok()) << t.pull.Wait(kWait);
-        EXPECT_EQ(t.pull.version(), step + 1);  // each shard counted the step
-        const float want = 2.0f - 0.5f * (step + 1);
-        for (float x : weights.w) ASSERT_EQ(x, want);
-        for (float x : weights.b) ASSERT_EQ(x, want);
+    for (bool pipeline : {false, true}) {
+      for (const WireCase& c : cases) {
+        SCOPED_TRACE(absl::StrCat(c.name, send_thread ? " send thread" : "",
+                                  pipeline ? " pipelined" : ""));
+        Cluster cluster(2, Spec(ConsistencySpec::ASP));
+        ParameterClientOptions options;
+        options.wire_dtype = c.dtype;
+        options.max_request_bytes = c.max_request_bytes;
+        options.connections_per_shard = c.connections;
+        options.send_thread = send_thread;
+        options.pipeline_step_end = pipeline;
+        auto client = cluster.Client(1, options);
+        Weights weights;
+        ASSERT_TRUE(client->PullAll(0, 0, weights.spans()).Wait(kWait).ok());
+        const std::vector<float> gw(1000, 0.5f), gb(30, 0.5f);
+        for (int64_t step = 0; step < 2; ++step) {
+          std::vector<TensorGrad> grads = {{1, gb}, {0, gw}};
+          if (step == 1) {
+            ASSERT_TRUE(client->PushTensors({{1, gb}}, step).Wait(kWait).ok());
+            grads = {{0, gw}};
+          }
+          ParameterClient::StepTickets t = client->EndStepAndPull(
+              grads, step, ParameterClient::kPulledVersion, step + 1, 0,
+              weights.spans());
+          ASSERT_TRUE(t.end.Wait(kWait).ok()) << t.end.Wait(kWait);
+          ASSERT_TRUE(t.pull.Wait(kWait).ok()) << t.pull.Wait(kWait);
+          EXPECT_EQ(t.pull.version(), step + 1);  // each shard counted it
+          const float want = 2.0f - 0.5f * (step + 1);
+          for (float x : weights.w) ASSERT_EQ(x, want);
+          for (float x : weights.b) ASSERT_EQ(x, want);
+        }
       }
     }
   }
@@ -207,31 +220,35 @@ TEST(ParameterClient, EndStepAndPullBringsTheNextWeights) {
 // BSP: the answer to the end of step waits for the step to close (the
 // other worker's gradient), then carries the averaged update.
 TEST(ParameterClient, EndStepAndPullWaitsForTheBspStep) {
-  Cluster cluster(2, Spec(ConsistencySpec::BSP));
-  ParameterClientOptions options;
-  options.max_request_bytes = 400;  // several pull groups per shard
-  auto w1 = cluster.Client(1, options);
-  auto w2 = cluster.Client(2, options);
-  const std::vector<float> g1w(1000, 1.0f), g1b(30, 1.0f);
-  const std::vector<float> g2w(1000, 3.0f), g2b(30, 3.0f);
-  Weights weights1, weights2;
-  ParameterClient::StepTickets t1 =
-      w1->EndStepAndPull({{0, g1w}, {1, g1b}}, 0, 0, 1, 1, weights1.spans());
-  // The end of step is answered with the weights, so neither is done before
-  // the step closes.
-  EXPECT_EQ(t1.pull.Wait(absl::Milliseconds(100)).code(),
-            absl::StatusCode::kDeadlineExceeded);
-  EXPECT_FALSE(t1.end.Done());
-  ParameterClient::StepTickets t2 =
-      w2->EndStepAndPull({{0, g2w}, {1, g2b}}, 0, 0, 1, 1, weights2.spans());
-  for (const Ticket* t : {&t1.end, &t1.pull, &t2.end, &t2.pull}) {
-    ASSERT_TRUE(t->Wait(kWait).ok()) << t->Wait(kWait);
-  }
-  EXPECT_EQ(t1.pull.version(), 1);
-  EXPECT_EQ(t2.pull.version(), 1);
-  for (Weights* w : {&weights1, &weights2}) {
-    for (float x : w->w) ASSERT_EQ(x, 0.0f);  // 2 - mean(1, 3)
-    for (float x : w->b) ASSERT_EQ(x, 0.0f);
+  for (bool pipeline : {false, true}) {
+    SCOPED_TRACE(pipeline ? "pipelined" : "not pipelined");
+    Cluster cluster(2, Spec(ConsistencySpec::BSP));
+    ParameterClientOptions options;
+    options.max_request_bytes = 400;  // several pull groups per shard
+    options.pipeline_step_end = pipeline;
+    auto w1 = cluster.Client(1, options);
+    auto w2 = cluster.Client(2, options);
+    const std::vector<float> g1w(1000, 1.0f), g1b(30, 1.0f);
+    const std::vector<float> g2w(1000, 3.0f), g2b(30, 3.0f);
+    Weights weights1, weights2;
+    ParameterClient::StepTickets t1 =
+        w1->EndStepAndPull({{0, g1w}, {1, g1b}}, 0, 0, 1, 1, weights1.spans());
+    // The end of step is answered with the weights, so neither is done before
+    // the step closes.
+    EXPECT_EQ(t1.pull.Wait(absl::Milliseconds(100)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    EXPECT_FALSE(t1.end.Done());
+    ParameterClient::StepTickets t2 =
+        w2->EndStepAndPull({{0, g2w}, {1, g2b}}, 0, 0, 1, 1, weights2.spans());
+    for (const Ticket* t : {&t1.end, &t1.pull, &t2.end, &t2.pull}) {
+      ASSERT_TRUE(t->Wait(kWait).ok()) << t->Wait(kWait);
+    }
+    EXPECT_EQ(t1.pull.version(), 1);
+    EXPECT_EQ(t2.pull.version(), 1);
+    for (Weights* w : {&weights1, &weights2}) {
+      for (float x : w->w) ASSERT_EQ(x, 0.0f);  // 2 - mean(1, 3)
+      for (float x : w->b) ASSERT_EQ(x, 0.0f);
+    }
   }
 }
 

@@ -351,8 +351,9 @@ class EchoService final : public grpc::CallbackGenericService {
   }
 };
 
-// Moves `bytes` out and back per step, in pieces of `piece` bytes all in
-// flight at once over `connections` channels.
+// Moves `bytes` out and back per step, in pieces of at most `piece` bytes
+// and at least one per connection, all in flight at once over
+// `connections` channels.
 std::pair<double, double> GrpcRawCeiling(int64_t bytes, int connections,
                                          int64_t piece, double seconds) {
   EchoService service;
@@ -373,6 +374,11 @@ std::pair<double, double> GrpcRawCeiling(int64_t bytes, int connections,
   }
   std::vector<char> data(bytes, 7);
   std::vector<grpc::ByteBuffer> requests;
+  // Cut as the client cuts a step (ParameterClientOptions::
+  // pipeline_step_end): every connection carries a part, no part over
+  // `piece`.
+  piece = std::min(
+      piece, std::max<int64_t>(1, (bytes + connections - 1) / connections));
   for (int64_t off = 0; off < bytes; off += piece) {
     grpc::Slice s = BorrowSlice(absl::string_view(
         data.data() + off, std::min<int64_t>(piece, bytes - off)));
