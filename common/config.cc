@@ -261,6 +261,12 @@ void CheckConsistency(const JobSpec& spec, Violations& v) {
     v.Add({{"consistency"}, {"staleness_aware_lr"}},
           absl::StrCat("only applies to ASP, not ", model_name));
   }
+  if (c.overlap_communication() && model != ConsistencySpec::ASP) {
+    v.Add({{"consistency"}, {"overlap_communication"}},
+          absl::StrCat("only applies to ASP, not ", model_name,
+                       " (a worker would compute on weights without its own "
+                       "last update)"));
+  }
   if (c.backup_workers() < 0) {
     v.Add({{"consistency"}, {"backup_workers"}},
           absl::StrCat("must be >= 0, got ", c.backup_workers()));

@@ -116,6 +116,8 @@ TEST(Config, EachRuleNamesItsField) {
        "consistency.backup_workers: more backup workers (3)"},
       {"consistency { model: ASP backup_workers: 1 }",
        "consistency.backup_workers: only applies to BSP, not ASP"},
+      {"consistency { model: SSP staleness: 2 overlap_communication: true }",
+       "consistency.overlap_communication: only applies to ASP, not SSP"},
       {"consistency { model: BSP max_staleness: 4 }",
        "consistency.max_staleness: only applies to ASP"},
       {"consistency { barrier_timeout_ms: -5 }",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end: a real local cluster (coordinator, 2 ps_server shards, 2 CPU
-# ps_worker processes on loopback) trains Fashion-MNIST briefly in BSP, ASP
-# and SSP(2); in each mode the training loss must fall and the job succeed.
+# ps_worker processes on loopback) trains Fashion-MNIST briefly in BSP, ASP,
+# ASP with overlap_communication and SSP(2); in each mode the training loss
+# must fall and the job succeed.
 set -euo pipefail
 R="${TEST_SRCDIR}/ps"
 PSCTL="$R/tools/psctl/psctl"
@@ -15,15 +16,16 @@ trap 'psctl cluster down >/dev/null 2>&1 || true' EXIT
 psctl cluster up --servers 2 --workers 2 --bin_dir "$R" \
   --worker_flag=--report_every_steps=5 || { dump_logs; exit 1; }
 
-for mode in BSP ASP SSP; do
-  extra=""; lr=0.05
+for mode in BSP ASP ASP-overlap SSP; do
+  extra=""; lr=0.05; model=$mode
   [[ $mode == SSP ]] && extra="staleness: 2"
+  [[ $mode == ASP-overlap ]] && model=ASP extra="overlap_communication: true"
   [[ $mode != BSP ]] && lr=0.025   # pushes applied one by one, not averaged
   cat > "$TEST_TMPDIR/$mode.pbtxt" <<EOT
 name: "e2e-$mode"
 model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
 optimizer { kind: MOMENTUM learning_rate: $lr momentum: 0.9 }
-consistency { model: $mode $extra }
+consistency { model: $model $extra }
 data { batch_size: 64 max_steps: 80 eval_every_steps: 40 eval_examples: 2000 }
 num_workers: 2
 seed: 3

@@ -27,6 +27,9 @@
 ABSL_FLAG(int, steps, 400, "Training steps per measurement.");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads of the worker.");
 ABSL_FLAG(std::string, batches, "128,512", "Batch sizes to measure.");
+ABSL_FLAG(std::string, consistency, "BSP",
+          "Consistency models to measure through the PS, comma-separated: "
+          "BSP, ASP, SSP (bound 3), ASP+overlap (overlap_communication).");
 
 namespace ps {
 namespace {
@@ -45,7 +48,7 @@ class NoParams : public worker::ParameterAccess {
   absl::StatusOr<int64_t> Finish(int64_t) override { return 0; }
 };
 
-JobSpec Spec(int batch, int steps) {
+JobSpec Spec(int batch, int steps, const std::string& consistency) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(
       absl::StrCat(
           R"pb(
@@ -53,8 +56,13 @@ JobSpec Spec(int batch, int steps) {
               mlp { input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 }
             }
             optimizer { kind: MOMENTUM learning_rate: 0.05 momentum: 0.9 }
-            consistency { model: BSP }
-            num_workers: 1
+            consistency {)pb",
+          consistency == "SSP" ? "model: SSP staleness: 3"
+          : consistency == "ASP+overlap"
+              ? "model: ASP overlap_communication: true"
+              : absl::StrCat("model: ", consistency),
+          R"pb(}
+               num_workers: 1
             seed: 1
             data { max_steps:)pb",
           steps, " batch_size: ", batch, " eval_every_steps: 1000000 }"),
@@ -134,42 +142,53 @@ int Main() {
 
   std::printf("MLP 784-256-128-10 on the CPU (%d BLAS thread), %d steps each\n",
               absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_steps));
-  std::printf("%6s %16s %16s %7s\n", "batch", "compute ex/s", "with PS ex/s",
-              "ratio");
+  std::printf("%6s %-11s %16s %16s %7s\n", "batch", "mode", "compute ex/s",
+              "with PS ex/s", "ratio");
   int job = 0;
   for (absl::string_view b :
        absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     const int batch = std::stoi(std::string(b));
-    const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps));
+    // The compute-only loop is the same for every mode.
+    const JobSpec plain = Spec(batch, absl::GetFlag(FLAGS_steps), "BSP");
     NoParams none;
-    Run(spec, &none, data, backend->get(), "warmup", {});
-    const double compute = Run(spec, &none, data, backend->get(), "none", {});
-
-    const std::string job_id = absl::StrCat("bench-", ++job);
-    SetupJobRequest setup;
-    setup.set_job_id(job_id);
-    *setup.mutable_spec() = spec;
-    setup.set_shard_index(0);
-    setup.set_num_shards(1);
-    setup.add_worker_ids(1);
-    if (auto s = (*store)->SetupJob(setup); !s.ok()) {
-      std::fprintf(stderr, "setup: %s\n",
-                   std::string(s.status().message()).c_str());
-      return 1;
+    Run(plain, &none, data, backend->get(), "warmup", {});
+    const double compute = Run(plain, &none, data, backend->get(), "none", {});
+    for (absl::string_view m :
+         absl::StrSplit(absl::GetFlag(FLAGS_consistency), ',')) {
+      const std::string mode(m);
+      if (mode != "BSP" && mode != "ASP" && mode != "SSP" &&
+          mode != "ASP+overlap") {
+        std::fprintf(stderr, "--consistency: unknown model '%s'\n",
+                     mode.c_str());
+        return 2;
+      }
+      const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps), mode);
+      const std::string job_id = absl::StrCat("bench-", ++job);
+      SetupJobRequest setup;
+      setup.set_job_id(job_id);
+      *setup.mutable_spec() = spec;
+      setup.set_shard_index(0);
+      setup.set_num_shards(1);
+      setup.add_worker_ids(1);
+      if (auto s = (*store)->SetupJob(setup); !s.ok()) {
+        std::fprintf(stderr, "setup: %s\n",
+                     std::string(s.status().message()).c_str());
+        return 1;
+      }
+      WorkerAssignment a;
+      a.set_job_id(job_id);
+      *a.mutable_spec() = spec;
+      a.add_server_addresses(address);
+      worker::PsAccessOptions ao;
+      ao.member_id = 1;
+      auto access = worker::CreatePsAccess(a, ao);
+      if (!access.ok()) return 1;
+      const double with_ps =
+          Run(spec, access->get(), data, backend->get(), job_id, {address});
+      std::printf("%6d %-11s %16.0f %16.0f %7.2f\n", batch, mode.c_str(),
+                  compute, with_ps, with_ps / compute);
+      std::fflush(stdout);
     }
-    WorkerAssignment a;
-    a.set_job_id(job_id);
-    *a.mutable_spec() = spec;
-    a.add_server_addresses(address);
-    worker::PsAccessOptions ao;
-    ao.member_id = 1;
-    auto access = worker::CreatePsAccess(a, ao);
-    if (!access.ok()) return 1;
-    const double with_ps =
-        Run(spec, access->get(), data, backend->get(), job_id, {address});
-    std::printf("%6d %16.0f %16.0f %7.2f\n", batch, compute, with_ps,
-                with_ps / compute);
-    std::fflush(stdout);
   }
   server->Shutdown();
   (*adapter)->Stop();

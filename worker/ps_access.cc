@@ -102,6 +102,44 @@ class PsAccess final : public ParameterAccess {
     return end;
   }
 
+  PendingStepEnd StartStepEnd(int64_t clock, int64_t base_version,
+                              std::vector<absl::Span<const float>> grads,
+                              std::vector<absl::Span<float>> tensors,
+                              std::shared_ptr<const void> keep_alive) override {
+    base_version_ = base_version;
+    // Held until the next step end starts or this is destroyed, which is
+    // after the client (and its calls into this memory) is gone.
+    keep_alive_ = std::move(keep_alive);
+    std::vector<server::TensorGrad> all;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      all.push_back({static_cast<int>(i), grads[i]});
+    }
+    server::ParameterClient::StepTickets t =
+        client_->EndStepAndPull(std::move(all), clock, base_version, clock + 1,
+                                MinVersion(clock + 1), tensors);
+    return [this, t, clock, base_version,
+            tensors = std::move(tensors)]() -> absl::StatusOr<StepEnd> {
+      StepEnd end;
+      absl::Status s = Await(t.end, absl::StrCat("end of step ", clock));
+      if (!s.ok() && !absl::IsAborted(s)) {
+        (void)Await(t.pull, absl::StrCat("pull at clock ", clock + 1));
+        return s;
+      }
+      // The pushes' staleness: versions others applied since base_version.
+      if (s.ok())
+        end.staleness = std::max<int64_t>(0, t.end.version() - base_version);
+      absl::Status p = Await(t.pull, absl::StrCat("pull at clock ", clock + 1));
+      if (absl::IsAborted(s) || absl::IsAborted(p)) {
+        // Too stale (max_staleness): rejected, so no weights came back.
+        PS_ASSIGN_OR_RETURN(end.version, Pull(clock + 1, tensors));
+        return end;
+      }
+      PS_RETURN_IF_ERROR(p);
+      end.version = t.pull.version();
+      return end;
+    };
+  }
+
  private:
   static int64_t ModelBytes(const Placement& placement) {
     int64_t n = 0;
@@ -157,6 +195,8 @@ class PsAccess final : public ParameterAccess {
     }
   }
 
+  // StartStepEnd's buffers: declared before client_ so that they outlive it.
+  std::shared_ptr<const void> keep_alive_;
   std::unique_ptr<server::ParameterClient> client_;
   const ConsistencySpec::Model model_;
   const PsAccessOptions options_;

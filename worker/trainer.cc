@@ -35,6 +35,20 @@ absl::StatusOr<ParameterAccess::StepEnd> ParameterAccess::FinishAndPull(
   return end;
 }
 
+ParameterAccess::PendingStepEnd ParameterAccess::StartStepEnd(
+    int64_t clock, int64_t base_version,
+    std::vector<absl::Span<const float>> grads,
+    std::vector<absl::Span<float>> tensors, std::shared_ptr<const void>) {
+  absl::StatusOr<StepEnd> end = [&]() -> absl::StatusOr<StepEnd> {
+    for (size_t i = 0; i < grads.size(); ++i) {
+      PS_RETURN_IF_ERROR(
+          Push(clock, base_version, static_cast<int>(i), grads[i]));
+    }
+    return FinishAndPull(clock, std::move(tensors));
+  }();
+  return [end = std::move(end)] { return end; };
+}
+
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,
                       int batch_size) {
   if (num_data_shards < 1 || batch_size < 1) return 0;
@@ -172,6 +186,33 @@ absl::StatusOr<TrainResult> Train(
     return absl::OkStatus();
   };
 
+  // ASP with overlap_communication: step t+1 computes while step t's
+  // gradients and the next weights travel. They travel in buffers of their
+  // own (the model's are in use), handed to the ParameterAccess to keep
+  // until its calls are over.
+  const bool overlap = spec.consistency().model() == ConsistencySpec::ASP &&
+                       spec.consistency().overlap_communication();
+  struct OverlapBuffers {
+    std::vector<std::vector<float>> grads, weights;
+  };
+  std::shared_ptr<OverlapBuffers> in_flight_buffers;
+  ParameterAccess::PendingStepEnd in_flight;
+  // Waits for the step end in flight, on every way out of the loop.
+  struct AwaitInFlight {
+    ParameterAccess::PendingStepEnd* pending;
+    ~AwaitInFlight() {
+      if (*pending) (void)(*pending)();
+    }
+  } await_in_flight{&in_flight};
+  auto new_overlap_buffers = [&] {
+    auto b = std::make_shared<OverlapBuffers>();
+    for (const kernels::ParameterInfo& p : mlp->parameters()) {
+      b->grads.emplace_back(p.size);
+      b->weights.emplace_back(p.size);
+    }
+    return b;
+  };
+
   Window window;
   int64_t clock = a.start_step();
   const bool bsp = spec.consistency().model() == ConsistencySpec::BSP;
@@ -245,7 +286,7 @@ absl::StatusOr<TrainResult> Train(
     std::vector<int> held;  // a slowed worker sends after its delay
     PS_ASSIGN_OR_RETURN(const float loss,
                         mlp->TrainStep(b->images(), b->labels(), [&](int i) {
-                          slowed ? held.push_back(i) : push(i);
+                          if (!overlap) slowed ? held.push_back(i) : push(i);
                         }));
     const absl::Time t3 = absl::Now();
     if (slowed) {
@@ -257,7 +298,46 @@ absl::StatusOr<TrainResult> Train(
     // Unless this is the last step, the end of step also brings the next
     // step's weights (one round trip instead of two).
     int64_t staleness = 0;
-    if (clock + 1 < total_steps) {
+    if (overlap) {
+      // The previous step's end brought the weights the next step computes
+      // on (they lack this step's update: one more version of staleness).
+      if (in_flight) {
+        ParameterAccess::PendingStepEnd pending = std::move(in_flight);
+        in_flight = nullptr;
+        PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end, pending());
+        staleness = end.staleness;
+        for (size_t i = 0; i < weight_spans.size(); ++i) {
+          std::copy(in_flight_buffers->weights[i].begin(),
+                    in_flight_buffers->weights[i].end(),
+                    weight_spans[i].begin());
+        }
+        prefetched_version = end.version;
+      } else {
+        prefetched_version = version;  // the first step: the same weights
+      }
+      // One set suffices: the previous step's calls are over by now.
+      std::shared_ptr<OverlapBuffers> buffers =
+          in_flight_buffers ? in_flight_buffers : new_overlap_buffers();
+      std::vector<absl::Span<const float>> grad_spans;
+      std::vector<absl::Span<float>> next_spans;
+      for (int i = 0; i < mlp->num_parameters(); ++i) {
+        PS_RETURN_IF_ERROR(
+            mlp->GetGradient(i, absl::MakeSpan(buffers->grads[i])));
+        grad_spans.push_back(buffers->grads[i]);
+        next_spans.push_back(absl::MakeSpan(buffers->weights[i]));
+      }
+      if (clock + 1 < total_steps) {
+        in_flight = params->StartStepEnd(clock, version, std::move(grad_spans),
+                                         std::move(next_spans), buffers);
+        in_flight_buffers = buffers;
+        prefetched = true;
+      } else {
+        for (int i = 0; i < mlp->num_parameters(); ++i) {
+          PS_RETURN_IF_ERROR(params->Push(clock, version, i, grad_spans[i]));
+        }
+        PS_ASSIGN_OR_RETURN(staleness, params->Finish(clock));
+      }
+    } else if (clock + 1 < total_steps) {
       PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end,
                           params->FinishAndPull(clock, weight_spans));
       staleness = end.staleness;

@@ -54,6 +54,20 @@ class ParameterAccess {
   };
   virtual absl::StatusOr<StepEnd> FinishAndPull(
       int64_t clock, std::vector<absl::Span<float>> tensors);
+
+  // For ASP with overlap_communication: starts ending step `clock` with the
+  // whole gradient of every tensor (`grads`, model order, computed on
+  // weights of `base_version`) and pulling the weights for clock + 1 into
+  // `tensors`, and returns at once; the returned function waits for both
+  // (as FinishAndPull returns). `keep_alive` owns the memory of `grads` and
+  // `tensors`: it is held until the calls are over, even if the wait is cut
+  // short by a stop. The default does it all before returning.
+  using PendingStepEnd = std::function<absl::StatusOr<StepEnd>()>;
+  virtual PendingStepEnd StartStepEnd(
+      int64_t clock, int64_t base_version,
+      std::vector<absl::Span<const float>> grads,
+      std::vector<absl::Span<float>> tensors,
+      std::shared_ptr<const void> keep_alive);
 };
 
 // Where metric points go (the coordinator, in the daemon).

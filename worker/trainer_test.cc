@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <utility>
 
 #include "common/config.h"
@@ -40,8 +41,9 @@ class LocalParams : public ParameterAccess {
     ++pulls;
     return version_;
   }
-  absl::Status Push(int64_t, int64_t, int index,
+  absl::Status Push(int64_t clock, int64_t base_version, int index,
                     absl::Span<const float> grad) override {
+    if (index == 0) base_versions[clock] = base_version;
     auto& t = tensors_.at(index);
     if (grad.size() != t.size()) return absl::InvalidArgumentError("size");
     for (size_t j = 0; j < t.size(); ++j) t[j] -= lr_ * grad[j];
@@ -58,6 +60,7 @@ class LocalParams : public ParameterAccess {
     return ParameterAccess::FinishAndPull(clock, std::move(tensors));
   }
   int pulls = 0, pushes = 0, finish_and_pulls = 0;
+  std::map<int64_t, int64_t> base_versions;  // by clock
 
  private:
   float lr_;
@@ -131,6 +134,43 @@ TEST_F(TrainerTest, DrivesLossDownAndReportsMetrics) {
   ASSERT_GE(losses.size(), 10u);
   EXPECT_LT(losses.back(), 0.7 * losses.front());
   EXPECT_EQ(accuracy_points, 3);  // steps 100, 200 and the final one
+  EXPECT_GT(result->test_accuracy, 0.75);
+}
+
+// ASP with overlap_communication: step t computes on the weights that
+// include the updates up to step t - 2 (the pull of step t - 1's end lands
+// during step t), and training still works.
+TEST_F(TrainerTest, OverlapComputesOneStepBehind) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  WorkerAssignment a;
+  *a.mutable_spec() = Spec(300);
+  a.mutable_spec()->mutable_consistency()->set_model(ConsistencySpec::ASP);
+  a.mutable_spec()->mutable_consistency()->set_overlap_communication(true);
+  a.add_data_shards(0);
+  a.set_num_data_shards(1);
+  a.set_evaluator(true);
+  LocalParams params(a.spec(), 0.1f);
+  std::vector<double> losses;
+  auto result = Train(
+      a, train_, test_, backend->get(), &params,
+      [&](std::vector<MetricPoint> p, bool) {
+        for (const MetricPoint& m : p) {
+          if (m.name() == "train_loss") losses.push_back(m.value());
+        }
+      },
+      nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->steps, 300);
+  EXPECT_EQ(params.pushes, 300 * 4);
+  ASSERT_EQ(params.base_versions.size(), 300u);
+  EXPECT_EQ(params.base_versions[0], 0);
+  EXPECT_EQ(params.base_versions[1], 0);  // still the initial weights
+  for (int64_t t = 2; t < 300; ++t) {
+    ASSERT_EQ(params.base_versions[t], t - 1) << "step " << t;
+  }
+  ASSERT_GE(losses.size(), 10u);
+  EXPECT_LT(losses.back(), 0.7 * losses.front());
   EXPECT_GT(result->test_accuracy, 0.75);
 }
 
