@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/base/call_once.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/payload_codec.h"
@@ -113,13 +114,14 @@ struct Call : std::enable_shared_from_this<Call> {
   // Run once the call has finished (after `ticket` is completed), with its
   // final status.
   std::function<void(const absl::Status&)> after;
-  std::unique_ptr<grpc::ClientContext> context;
+  // Shared so that CancelInFlight can hold one while it cancels it.
+  std::shared_ptr<grpc::ClientContext> context;
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
   int attempt = 0;
   absl::Time first_start;
   absl::Duration backoff;
-  std::unique_ptr<grpc::Alarm> alarm;
+  std::shared_ptr<grpc::Alarm> alarm;
 };
 
 class ClientImpl final : public ParameterClient {
@@ -162,7 +164,7 @@ class ClientImpl final : public ParameterClient {
   }
 
   ~ClientImpl() override {
-    std::vector<std::unique_ptr<grpc::ClientContext>> finished;
+    std::vector<std::shared_ptr<grpc::ClientContext>> finished;
     {
       absl::MutexLock l(&mu_);
       mu_.Await(absl::Condition(
@@ -211,6 +213,7 @@ class ClientImpl final : public ParameterClient {
                              int64_t min_version,
                              std::vector<absl::Span<float>> tensors) override;
   const Placement& placement() const override { return placement_; }
+  void CancelInFlight() override;
 
   void Start(std::shared_ptr<Call> call);
   void Done(std::shared_ptr<Call> call, const grpc::Status& status);
@@ -240,6 +243,7 @@ class ClientImpl final : public ParameterClient {
     {
       absl::MutexLock l(&mu_);
       ++in_flight_;
+      live_.insert(call.get());
     }
     return call;
   }
@@ -248,6 +252,7 @@ class ClientImpl final : public ParameterClient {
     call->ticket->Complete(s);
     if (call->after) call->after(s);
     absl::MutexLock l(&mu_);
+    live_.erase(call.get());
     --in_flight_;
   }
   // A ClientContext destroyed inside gRPC's completion callback (when the
@@ -256,14 +261,14 @@ class ClientImpl final : public ParameterClient {
   // destroyed on the caller's threads instead: on the next call or in the
   // destructor.
   void RetireContext(const std::shared_ptr<Call>& call) {
-    if (call->context == nullptr) return;
     absl::MutexLock l(&mu_);
+    if (call->context == nullptr) return;
     finished_contexts_.push_back(std::move(call->context));
   }
   // Keeps the newest few, whose callbacks may still be unwinding.
   void ReapContexts() {
     constexpr size_t kKeep = 64;
-    std::vector<std::unique_ptr<grpc::ClientContext>> finished;
+    std::vector<std::shared_ptr<grpc::ClientContext>> finished;
     absl::MutexLock l(&mu_);
     if (finished_contexts_.size() < 2 * kKeep) return;
     const size_t n = finished_contexts_.size() - kKeep;
@@ -328,7 +333,12 @@ class ClientImpl final : public ParameterClient {
   std::vector<std::atomic<uint32_t>> next_stub_;
   absl::Mutex mu_;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::unique_ptr<grpc::ClientContext>> finished_contexts_
+  // The calls counted in in_flight_; their context and alarm change under
+  // mu_. While cancelling_ > 0 (CancelInFlight), calls end instead of
+  // starting or being retried.
+  absl::flat_hash_set<Call*> live_ ABSL_GUARDED_BY(mu_);
+  int cancelling_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<grpc::ClientContext>> finished_contexts_
       ABSL_GUARDED_BY(mu_);
   absl::Mutex send_mu_;
   std::deque<std::shared_ptr<Call>> send_queue_ ABSL_GUARDED_BY(send_mu_);
@@ -339,17 +349,52 @@ class ClientImpl final : public ParameterClient {
 void ClientImpl::Start(std::shared_ptr<Call> call) {
   ++call->attempt;
   RetireContext(call);  // the previous attempt's
-  call->context = std::make_unique<grpc::ClientContext>();
-  PrepareContext(call->context.get(), options_.call_timeout, options_.token);
+  auto context = std::make_shared<grpc::ClientContext>();
+  PrepareContext(context.get(), options_.call_timeout, options_.token);
+  bool cancelled;
+  {
+    absl::MutexLock l(&mu_);
+    cancelled = cancelling_ > 0;
+    // (A TryCancel between here and UnaryCall cancels it as it starts.)
+    if (!cancelled) call->context = context;
+  }
+  if (cancelled) {
+    Finish(call, absl::CancelledError(
+                     absl::StrCat(call->method, " to shard ", call->shard,
+                                  ": cancelled (the caller stopped)")));
+    return;
+  }
   call->request = call->encode();
   call->response.Clear();
   const uint32_t n = next_stub_[call->shard].fetch_add(1);
   grpc::GenericStub* stub =
       stubs_[call->shard][n % stubs_[call->shard].size()].get();
-  stub->UnaryCall(call->context.get(), call->method, grpc::StubOptions(),
+  stub->UnaryCall(context.get(), call->method, grpc::StubOptions(),
                   &call->request, &call->response, [call](grpc::Status status) {
                     call->client->Done(call, status);
                   });
+}
+
+void ClientImpl::CancelInFlight() {
+  std::vector<std::shared_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::shared_ptr<grpc::Alarm>> alarms;
+  {
+    absl::MutexLock l(&mu_);
+    ++cancelling_;
+    for (Call* call : live_) {
+      if (call->context != nullptr) contexts.push_back(call->context);
+      if (call->alarm != nullptr) alarms.push_back(call->alarm);
+    }
+  }
+  // Outside the lock: gRPC may run the calls' callbacks (which take it)
+  // before these return. A call that starts or retries meanwhile sees
+  // cancelling_ and ends; queued ones end when the send thread starts them.
+  for (const auto& context : contexts) context->TryCancel();
+  for (const auto& alarm : alarms) alarm->Cancel();
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &in_flight_));
+  --cancelling_;
 }
 
 void ClientImpl::Done(std::shared_ptr<Call> call, const grpc::Status& status) {
@@ -363,12 +408,23 @@ void ClientImpl::Done(std::shared_ptr<Call> call, const grpc::Status& status) {
   const absl::Time next = absl::Now() + call->backoff;
   if (IsRetryable(s) && call->attempt < retry.max_attempts &&
       next - call->first_start < retry.total_deadline) {
-    call->alarm = std::make_unique<grpc::Alarm>();
-    call->backoff =
-        std::min(call->backoff * retry.multiplier, retry.max_backoff);
-    call->alarm->Set(absl::ToChronoTime(next),
-                     [call](bool) { call->client->Start(call); });
-    return;
+    std::shared_ptr<grpc::Alarm> alarm;
+    {
+      absl::MutexLock l(&mu_);
+      if (cancelling_ == 0) {
+        alarm = std::make_shared<grpc::Alarm>();
+        call->alarm = alarm;
+      }
+    }
+    if (alarm != nullptr) {
+      call->backoff =
+          std::min(call->backoff * retry.multiplier, retry.max_backoff);
+      // (Set outside the lock: gRPC may run the callback before it
+      // returns.) Start() ends the call instead if it was cancelled.
+      alarm->Set(absl::ToChronoTime(next),
+                 [call](bool) { call->client->Start(call); });
+      return;
+    }
   }
   Finish(call,
          Annotate(s, absl::StrCat(call->method, " to shard ", call->shard, " (",

@@ -174,6 +174,13 @@ class ParameterClient {
       std::vector<absl::Span<float>> tensors) = 0;
 
   virtual const Placement& placement() const = 0;
+
+  // Cancels every call still in flight (and those queued or waiting to be
+  // retried; their tickets complete with CANCELLED) and returns once none
+  // is left, so that nothing touches the callers' gradient and weight
+  // buffers afterwards. For a caller that stops waiting (a stopped job)
+  // before freeing them. Calls made after it returns work as usual.
+  virtual void CancelInFlight() = 0;
 };
 
 }  // namespace ps::server

@@ -252,6 +252,53 @@ TEST(ParameterClient, EndStepAndPullWaitsForTheBspStep) {
   }
 }
 
+// CancelInFlight ends a pull waiting on the server (a BSP step the other
+// worker never closes), pushes and the end of step with it, and a call
+// waiting to be retried (a shard that is down), promptly and with
+// CANCELLED; the client works as before afterwards.
+TEST(ParameterClient, CancelInFlightEndsWaitingAndRetryingCalls) {
+  Cluster cluster(2, Spec(ConsistencySpec::BSP));
+  ParameterClientOptions options;
+  options.send_thread = true;
+  auto w1 = cluster.Client(1, options);
+  const std::vector<float> gw(1000, 1.0f), gb(30, 1.0f);
+  Weights weights;
+  ParameterClient::StepTickets t =
+      w1->EndStepAndPull({{0, gw}, {1, gb}}, 0, 0, 1, 1, weights.spans());
+  EXPECT_EQ(t.pull.Wait(absl::Milliseconds(200)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  absl::Time start = absl::Now();
+  w1->CancelInFlight();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ASSERT_TRUE(t.end.Done());
+  ASSERT_TRUE(t.pull.Done());
+  EXPECT_EQ(t.pull.Wait(kWait).code(), absl::StatusCode::kCancelled)
+      << t.pull.Wait(kWait);
+  // Afterwards: worker 2 closes the step, and worker 1's pull of it works.
+  auto w2 = cluster.Client(2, options);
+  ParameterClient::StepTickets t2 =
+      w2->EndStepAndPull({{0, gw}, {1, gb}}, 0, 0, 1, 1, weights.spans());
+  ASSERT_TRUE(t2.pull.Wait(kWait).ok()) << t2.pull.Wait(kWait);
+  Weights again;
+  ASSERT_TRUE(w1->PullAll(1, 1, again.spans()).Wait(kWait).ok());
+
+  // A shard that does not answer: the pull is retried with backoff until
+  // cancelled.
+  ParameterClientOptions down;
+  down.server_addresses = {"127.0.0.1:1", "127.0.0.1:1"};
+  down.retry.max_attempts = 1000;
+  down.retry.total_deadline = absl::Seconds(60);
+  auto lost =
+      ParameterClient::Create(down, "job", 1, cluster.placement()).value();
+  Ticket pull = lost->PullAll(0, 0, again.spans());
+  EXPECT_EQ(pull.Wait(absl::Milliseconds(300)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  start = absl::Now();
+  lost->CancelInFlight();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(pull.Wait(kWait).code(), absl::StatusCode::kCancelled);
+}
+
 TEST(ParameterClient, RejectsMismatchedArguments) {
   Cluster cluster(1, Spec(ConsistencySpec::ASP));
   auto client = cluster.Client(1);

@@ -140,6 +140,8 @@ class PsAccess final : public ParameterAccess {
     };
   }
 
+  void CancelCalls() override { client_->CancelInFlight(); }
+
  private:
   static int64_t ModelBytes(const Placement& placement) {
     int64_t n = 0;

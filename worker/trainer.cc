@@ -139,6 +139,13 @@ absl::StatusOr<TrainResult> Train(
     }
   }
 
+  // On every way out (a stop, an error), the calls still in flight are
+  // ended before the model and the buffers above are freed.
+  struct CancelCallsOnExit {
+    ParameterAccess* params;
+    ~CancelCallsOnExit() { params->CancelCalls(); }
+  } cancel_calls_on_exit{params};
+
   const int eval_every = spec.data().eval_every_steps() > 0
                              ? spec.data().eval_every_steps()
                              : static_cast<int>(steps_per_epoch);
@@ -197,13 +204,6 @@ absl::StatusOr<TrainResult> Train(
   };
   std::shared_ptr<OverlapBuffers> in_flight_buffers;
   ParameterAccess::PendingStepEnd in_flight;
-  // Waits for the step end in flight, on every way out of the loop.
-  struct AwaitInFlight {
-    ParameterAccess::PendingStepEnd* pending;
-    ~AwaitInFlight() {
-      if (*pending) (void)(*pending)();
-    }
-  } await_in_flight{&in_flight};
   auto new_overlap_buffers = [&] {
     auto b = std::make_shared<OverlapBuffers>();
     for (const kernels::ParameterInfo& p : mlp->parameters()) {

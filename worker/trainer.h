@@ -68,6 +68,12 @@ class ParameterAccess {
       std::vector<absl::Span<const float>> grads,
       std::vector<absl::Span<float>> tensors,
       std::shared_ptr<const void> keep_alive);
+
+  // Ends every call still in flight and returns once none is left: after it
+  // nothing reads or writes the buffers given to Push, Pull or
+  // FinishAndPull. The training loop calls it on its way out (a stop or an
+  // error leaves calls running) before it frees them.
+  virtual void CancelCalls() {}
 };
 
 // Where metric points go (the coordinator, in the daemon).
