@@ -40,6 +40,7 @@ TEST(Config, ShippedExamplesLoadAndValidate) {
   for (const char* name : {"configs/fashion_mnist_bsp.pbtxt",
                            "configs/fashion_mnist_bsp_backup.pbtxt",
                            "configs/fashion_mnist_asp.pbtxt",
+                           "configs/fashion_mnist_asp_overlap.pbtxt",
                            "configs/fashion_mnist_ssp3.pbtxt"}) {
     // The dataset is installed by tools/setup.sh, so check its files too.
     auto spec = LoadJobSpec(name);
