@@ -141,26 +141,31 @@ class ClientImpl final : public ParameterClient {
       tensor_chunks_[c.tensor_index].push_back(c.chunk_id);
     }
     // Pull groups: each shard's chunks cut into messages of bounded size.
-    const int64_t elem = DTypeSize(options_.wire_dtype);
     pull_groups_.resize(placement_.num_shards);
     for (int s = 0; s < placement_.num_shards; ++s) {
-      std::vector<int64_t> group;
-      int64_t bytes = 0;
-      for (int64_t id : placement_.shard_chunks[s]) {
-        const int64_t b = placement_.chunks[id].num_elements * elem;
-        if (!group.empty() && bytes + b > options_.max_request_bytes) {
-          pull_groups_[s].push_back(std::move(group));
-          group.clear();
-          bytes = 0;
-        }
-        group.push_back(id);
-        bytes += b;
-      }
+      pull_groups_[s] = CutIntoGroups(placement_.shard_chunks[s]);
       // A shard without chunks still answers (its version counts).
-      if (!group.empty() || pull_groups_[s].empty()) {
-        pull_groups_[s].push_back(std::move(group));
-      }
+      if (pull_groups_[s].empty()) pull_groups_[s].emplace_back();
     }
+  }
+
+  // `ids` in order, cut into groups of at most max_request_bytes of weights
+  // on the wire (a bigger chunk makes a group of its own).
+  std::vector<std::vector<int64_t>> CutIntoGroups(
+      const std::vector<int64_t>& ids) const {
+    const int64_t elem = DTypeSize(options_.wire_dtype);
+    std::vector<std::vector<int64_t>> groups;
+    int64_t bytes = 0;
+    for (int64_t id : ids) {
+      const int64_t b = placement_.chunks[id].num_elements * elem;
+      if (groups.empty() || bytes + b > options_.max_request_bytes) {
+        groups.emplace_back();
+        bytes = 0;
+      }
+      groups.back().push_back(id);
+      bytes += b;
+    }
+    return groups;
   }
 
   ~ClientImpl() override {
@@ -421,8 +426,13 @@ void ClientImpl::Done(std::shared_ptr<Call> call, const grpc::Status& status) {
           std::min(call->backoff * retry.multiplier, retry.max_backoff);
       // (Set outside the lock: gRPC may run the callback before it
       // returns.) Start() ends the call instead if it was cancelled.
-      alarm->Set(absl::ToChronoTime(next),
-                 [call](bool) { call->client->Start(call); });
+      // The callback gives its reference up when it runs: the call holds
+      // the alarm, which holds the callback, so keeping it would make a
+      // cycle that outlives the call (LeakSanitizer found it).
+      alarm->Set(absl::ToChronoTime(next), [call](bool) mutable {
+        std::shared_ptr<Call> c = std::move(call);
+        c->client->Start(std::move(c));
+      });
       return;
     }
   }
@@ -714,7 +724,6 @@ ParameterClient::StepTickets ClientImpl::EndStepAndPull(
     pull->status = bad;
     return {Ticket(end), Ticket(pull)};
   }
-  const int64_t elem = DTypeSize(options_.wire_dtype);
   // Per shard: the chunks each push message asks back (`fused`) and the
   // groups pulled once the end of step is acknowledged (`rest`). With
   // pipeline_step_end, every message asks for its own chunks. The last
@@ -737,29 +746,18 @@ ParameterClient::StepTickets ClientImpl::EndStepAndPull(
         f[m].push_back(c.chunk_id);
       }
     }
-    int64_t bytes = 0;
-    for (int64_t id : f.back()) bytes += placement_.chunks[id].num_elements;
-    bytes *= elem;
-    std::vector<int64_t> group;
-    int64_t group_bytes = 0;
+    // The last message asks for its own chunks (they fit in one message, as
+    // they fit in its push) and then the shard's others while they fit.
+    std::vector<int64_t> ids = f.back();
     for (int64_t id : placement_.shard_chunks[s]) {
-      if (taken[id]) continue;
-      const int64_t b = placement_.chunks[id].num_elements * elem;
-      if (rest[s].empty() && group.empty() &&
-          (f.back().empty() || bytes + b <= options_.max_request_bytes)) {
-        f.back().push_back(id);
-        bytes += b;
-        continue;
-      }
-      if (!group.empty() && group_bytes + b > options_.max_request_bytes) {
-        rest[s].push_back(std::move(group));
-        group.clear();
-        group_bytes = 0;
-      }
-      group.push_back(id);
-      group_bytes += b;
+      if (!taken[id]) ids.push_back(id);
     }
-    if (!group.empty()) rest[s].push_back(std::move(group));
+    std::vector<std::vector<int64_t>> groups = CutIntoGroups(ids);
+    if (!groups.empty()) {
+      f.back() = std::move(groups[0]);
+      rest[s].assign(std::make_move_iterator(groups.begin() + 1),
+                     std::make_move_iterator(groups.end()));
+    }
     for (std::vector<int64_t>& ids : f) std::sort(ids.begin(), ids.end());
     pushes += shard_messages.size();
     pulls += shard_messages.size() + rest[s].size();
