@@ -69,8 +69,13 @@ has "$job" "$T/out" "job listed"
 expect 0 "status" -- psctl status "$job"
 has "SUCCEEDED" "$T/out" "status shows the state"
 expect 0 "metrics csv" -- psctl metrics "$job" --format csv
-has "job_id,name,step,epoch,time_ms,member_id,value" "$T/out" "csv header"
+has "job_id,name,step,epoch,time_ms,member_id,value,incarnation" "$T/out" "csv header"
 has ",train_loss," "$T/out" "csv rows"
+rows=$(wc -l < "$T/out")
+# No rollback in this job: superseded points are none.
+expect 0 "metrics --include_superseded" -- psctl metrics "$job" --format csv --include_superseded
+[[ $(wc -l < "$T/out") == "$rows" ]] ||
+  { echo "FAIL: --include_superseded changed the rows of a job without rollbacks"; fails=$((fails + 1)); }
 expect 0 "metrics json" -- psctl metrics "$job" --format json
 /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["series"]["train_loss"]' "$T/out" ||
   { echo "FAIL: metrics json does not parse"; fails=$((fails + 1)); }

@@ -431,8 +431,22 @@ class CoordinatorImpl : public Coordinator {
       PS_ASSIGN_OR_RETURN(Job * job, FindJob(request.job_id()));
       std::set<std::string> names(request.names().begin(),
                                   request.names().end());
+      // cut[k]: points of incarnation k after this step were computed
+      // again (the lowest restart step of the rollbacks after k).
+      const auto& restarts = job->record.rollback_steps();
+      std::vector<int64_t> cut(restarts.size() + 1,
+                               std::numeric_limits<int64_t>::max());
+      for (int k = restarts.size() - 1; k >= 0; --k) {
+        cut[k] = std::min(cut[k + 1], restarts[k]);
+      }
       for (const MetricPoint& p : job->points) {
-        if (names.empty() || names.count(p.name())) points.push_back(p);
+        if (!names.empty() && !names.count(p.name())) continue;
+        if (!request.include_superseded() && p.incarnation() >= 0 &&
+            p.incarnation() < static_cast<int64_t>(cut.size()) &&
+            p.step() > cut[p.incarnation()]) {
+          continue;
+        }
+        points.push_back(p);
       }
     }
     GetMetricsResponse response;
@@ -1383,6 +1397,12 @@ void CoordinatorImpl::Reconcile(const std::string& job_id) {
         const int64_t now = clock_->NowMs();
         job.record.set_incarnation(incarnation + 1);
         job.record.set_rollback_pending(false);
+        // (Indexed by incarnation; a record from before this field has
+        // none for its earlier rollbacks, whose points then all count.)
+        while (job.record.rollback_steps_size() < incarnation) {
+          job.record.add_rollback_steps(std::numeric_limits<int64_t>::max());
+        }
+        job.record.add_rollback_steps(rollback->start_step);
         if (job.record.global_step() > 0) {  // epochs are steps / epoch size
           job.record.set_epoch(job.record.epoch() * rollback->start_step /
                                job.record.global_step());

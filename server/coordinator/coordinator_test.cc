@@ -599,6 +599,8 @@ TEST_F(CoordinatorTest, RestartedServerRollsTheJobBackToOneVersion) {
   shards_.checkpoints["127.0.0.1:7002"] = {20, 40};
   std::vector<int64_t> w;
   const std::string id = TwoShardJob(2, Spec(2), &w);
+  ASSERT_TRUE(Report(w[0], id, "train_loss", 0.9, 10).ok());
+  ASSERT_TRUE(Report(w[0], id, "train_loss", 0.7, 50).ok());
   Advance(100, w, id, 57);
   EXPECT_EQ(Job(id).global_step(), 57);
   RestartServer("127.0.0.1:7002");
@@ -643,9 +645,29 @@ TEST_F(CoordinatorTest, RestartedServerRollsTheJobBackToOneVersion) {
   p->set_incarnation(1);
   ASSERT_TRUE(coordinator_->ReportMetrics(report).ok());
   EXPECT_EQ(Job(id).global_step(), 30);
-  // The incarnation survives a coordinator restart.
+  // The series shows each step once: the points of steps after 20 from
+  // before the rollback were computed again and are left out unless asked
+  // for.
+  auto steps = [&](bool include_superseded) {
+    GetMetricsRequest m;
+    m.set_job_id(id);
+    m.set_include_superseded(include_superseded);
+    std::vector<std::pair<int64_t, int64_t>> out;  // (incarnation, step)
+    absl::StatusOr<GetMetricsResponse> r = coordinator_->GetMetrics(m);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    for (const MetricPoint& p : r->points()) {
+      out.emplace_back(p.incarnation(), p.step());
+    }
+    return out;
+  };
+  using Steps = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(steps(false), (Steps{{0, 10}, {1, 30}}));
+  EXPECT_EQ(steps(true), (Steps{{0, 10}, {0, 50}, {0, 60}, {1, 30}}));
+  // The incarnation and the restart step survive a coordinator restart.
   Start();
   EXPECT_EQ(Job(id).incarnation(), 1);
+  EXPECT_EQ(steps(false), (Steps{{0, 10}, {1, 30}}));
 }
 
 // ASP/SSP: every shard restores its own newest checkpoint (their versions

@@ -65,12 +65,14 @@ std::string JsonString(absl::string_view s) {
 
 std::string FormatMetricsCsv(absl::string_view job_id,
                              absl::Span<const MetricPoint> points) {
-  std::string out = "job_id,name,step,epoch,time_ms,member_id,value\n";
+  std::string out =
+      "job_id,name,step,epoch,time_ms,member_id,value,incarnation\n";
   const std::string id = CsvField(job_id);
   for (const MetricPoint& p : points) {
     absl::StrAppend(&out, id, ",", CsvField(p.name()), ",", p.step(), ",",
                     Number(p.epoch(), false), ",", p.time_ms(), ",",
-                    p.member_id(), ",", Number(p.value(), false), "\n");
+                    p.member_id(), ",", Number(p.value(), false), ",",
+                    p.incarnation(), "\n");
   }
   return out;
 }
@@ -92,7 +94,8 @@ std::string FormatMetricsJson(absl::string_view job_id,
                       ", \"epoch\": ", Number(p->epoch(), true),
                       ", \"time_ms\": ", p->time_ms(),
                       ", \"member_id\": ", p->member_id(),
-                      ", \"value\": ", Number(p->value(), true), "}");
+                      ", \"value\": ", Number(p->value(), true),
+                      ", \"incarnation\": ", p->incarnation(), "}");
       first = false;
     }
     out += "]";

@@ -329,6 +329,11 @@ int Main(int argc, char** argv) {
   metrics->add_option("--format", format, "csv or json")
       ->check(CLI::IsMember({"csv", "json"}))
       ->capture_default_str();
+  bool include_superseded = false;
+  metrics->add_flag(
+      "--include_superseded", include_superseded,
+      "Also the points of steps a rollback made the job compute again, as "
+      "reported before it (the incarnation column tells them apart)");
   CLI::App* events = app.add_subcommand("events", "Print a job's events");
   events->add_option("job", job_id, "Job id")->required();
   CLI::App* explain = app.add_subcommand(
@@ -488,6 +493,7 @@ int Main(int argc, char** argv) {
     GetMetricsRequest req;
     req.set_job_id(job_id);
     req.set_format(format);
+    req.set_include_superseded(include_superseded);
     GetMetricsResponse resp;
     if (absl::Status s =
             c->Call(&CoordinatorService::Stub::GetMetrics, req, &resp);
