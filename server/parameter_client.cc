@@ -477,6 +477,20 @@ absl::Status StoreChunk(const Placement& p,
   return WidenToFloat(dtype, joined, out);
 }
 
+// Decodes a Pull or Push answer: the header into `header`, the weights it
+// carries straight into `tensors`.
+absl::Status DecodeWeights(const grpc::ByteBuffer& buffer, int chunks_field,
+                           google::protobuf::MessageLite* header,
+                           const Placement& p,
+                           const std::vector<absl::Span<float>>& tensors) {
+  std::vector<grpc::Slice> slices;
+  return DecodeSegmented(
+      buffer, chunks_field, header, &slices,
+      [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
+        return StoreChunk(p, tensors, c, segs);
+      });
+}
+
 absl::Status ClientImpl::CheckTensors(
     absl::string_view what, const std::vector<absl::Span<float>>& tensors) {
   if (tensors.size() != placement_.tensor_elements.size()) {
@@ -517,12 +531,8 @@ void ClientImpl::StartPull(const std::shared_ptr<TicketState>& ticket,
   call->on_response = [p, tensors, ticket,
                        pulled_version](const grpc::ByteBuffer& buffer) {
     PullResponse header;
-    std::vector<grpc::Slice> slices;
-    PS_RETURN_IF_ERROR(DecodeSegmented(
-        buffer, kPullChunksField, &header, &slices,
-        [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
-          return StoreChunk(*p, tensors, c, segs);
-        }));
+    PS_RETURN_IF_ERROR(
+        DecodeWeights(buffer, kPullChunksField, &header, *p, tensors));
     pulled_version->store(header.version());
     absl::MutexLock l(&ticket->mu);
     ticket->version = std::min(ticket->version, header.version());
@@ -792,12 +802,8 @@ ParameterClient::StepTickets ClientImpl::EndStepAndPull(
       call->on_response = [p, tensors, end, pull, pulled, pulled_version,
                            last](const grpc::ByteBuffer& buffer) {
         PushResponse response;
-        std::vector<grpc::Slice> slices;
-        PS_RETURN_IF_ERROR(DecodeSegmented(
-            buffer, kPushPulledChunksField, &response, &slices,
-            [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
-              return StoreChunk(*p, tensors, c, segs);
-            }));
+        PS_RETURN_IF_ERROR(DecodeWeights(buffer, kPushPulledChunksField,
+                                         &response, *p, tensors));
         RecordPush(*end, response);
         if (response.pulled()) {
           pulled->store(true);

@@ -181,6 +181,15 @@ struct Job {
     }
     return m < 0 ? 0 : m;
   }
+  // Whether the worker's pushes numbered up to `seq` have all been applied
+  // (or no longer can be: the worker left, the job is going away).
+  bool PushesLanded(int64_t worker_id, uint64_t seq) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (torn_down || shutting_down) return true;
+    auto it = workers.find(worker_id);
+    return it == workers.end() || !it->second.active ||
+           it->second.seq.contiguous >= seq;
+  }
   int NumActive() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     int n = 0;
     for (const auto& [id, w] : workers) n += w.active ? 1 : 0;
@@ -963,12 +972,8 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
       } else {
         // The step is this worker's only once its earlier pushes of the
         // step (lower seq numbers, possibly still in flight) have landed.
-        const uint64_t want = args.seq;
         auto all_landed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu) {
-          auto it = job->workers.find(args.worker_id);
-          return job->torn_down || job->shutting_down ||
-                 it == job->workers.end() || !it->second.active ||
-                 it->second.seq.contiguous >= want;
+          return job->PushesLanded(args.worker_id, args.seq);
         };
         if (!job->mu.AwaitWithDeadline(absl::Condition(&all_landed),
                                        deadline) ||
@@ -1043,12 +1048,8 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
     if (args.after_seq > 0) {
       ready = [&, model_ready = std::move(ready)]()
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu) {
-                    if (job->torn_down || job->shutting_down) return true;
-                    auto w = job->workers.find(args.worker_id);
-                    const bool landed =
-                        w == job->workers.end() || !w->second.active ||
-                        w->second.seq.contiguous >= args.after_seq;
-                    return landed && model_ready();
+                    return job->PushesLanded(args.worker_id, args.after_seq) &&
+                           model_ready();
                   };
     }
     if (!ready()) {

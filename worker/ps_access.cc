@@ -90,26 +90,15 @@ class PsAccess final : public ParameterAccess {
       return staleness.status();
     }
     end.staleness = *staleness;
-    absl::Status s = Await(t.pull, absl::StrCat("pull at clock ", clock + 1));
-    if (absl::IsAborted(s)) {
-      // ASP: the end of step was too stale and rejected, so the shard did
-      // not answer with weights; pull them on their own.
-      PS_ASSIGN_OR_RETURN(end.version, Pull(clock + 1, std::move(tensors)));
-      return end;
-    }
-    PS_RETURN_IF_ERROR(s);
-    end.version = t.pull.version();
+    PS_ASSIGN_OR_RETURN(end.version,
+                        AwaitNextWeights(clock, t.pull, false, tensors));
     return end;
   }
 
   PendingStepEnd StartStepEnd(int64_t clock, int64_t base_version,
                               std::vector<absl::Span<const float>> grads,
-                              std::vector<absl::Span<float>> tensors,
-                              std::shared_ptr<const void> keep_alive) override {
+                              std::vector<absl::Span<float>> tensors) override {
     base_version_ = base_version;
-    // Held until the next step end starts or this is destroyed, which is
-    // after the client (and its calls into this memory) is gone.
-    keep_alive_ = std::move(keep_alive);
     std::vector<server::TensorGrad> all;
     for (size_t i = 0; i < grads.size(); ++i) {
       all.push_back({static_cast<int>(i), grads[i]});
@@ -128,14 +117,9 @@ class PsAccess final : public ParameterAccess {
       // The pushes' staleness: versions others applied since base_version.
       if (s.ok())
         end.staleness = std::max<int64_t>(0, t.end.version() - base_version);
-      absl::Status p = Await(t.pull, absl::StrCat("pull at clock ", clock + 1));
-      if (absl::IsAborted(s) || absl::IsAborted(p)) {
-        // Too stale (max_staleness): rejected, so no weights came back.
-        PS_ASSIGN_OR_RETURN(end.version, Pull(clock + 1, tensors));
-        return end;
-      }
-      PS_RETURN_IF_ERROR(p);
-      end.version = t.pull.version();
+      PS_ASSIGN_OR_RETURN(
+          end.version,
+          AwaitNextWeights(clock, t.pull, absl::IsAborted(s), tensors));
       return end;
     };
   }
@@ -143,6 +127,18 @@ class PsAccess final : public ParameterAccess {
   void CancelCalls() override { client_->CancelInFlight(); }
 
  private:
+  // The weights of clock + 1 that an end of step's `pull` brings; pulled on
+  // their own when the end (`rejected`) or the pull was refused as too
+  // stale (ASP max_staleness), which leaves the shard's answer without them.
+  absl::StatusOr<int64_t> AwaitNextWeights(
+      int64_t clock, const server::Ticket& pull, bool rejected,
+      const std::vector<absl::Span<float>>& tensors) {
+    absl::Status s = Await(pull, absl::StrCat("pull at clock ", clock + 1));
+    if (rejected || absl::IsAborted(s)) return Pull(clock + 1, tensors);
+    PS_RETURN_IF_ERROR(s);
+    return pull.version();
+  }
+
   static int64_t ModelBytes(const Placement& placement) {
     int64_t n = 0;
     for (int64_t e : placement.tensor_elements) n += e;
@@ -197,8 +193,6 @@ class PsAccess final : public ParameterAccess {
     }
   }
 
-  // StartStepEnd's buffers: declared before client_ so that they outlive it.
-  std::shared_ptr<const void> keep_alive_;
   std::unique_ptr<server::ParameterClient> client_;
   const ConsistencySpec::Model model_;
   const PsAccessOptions options_;

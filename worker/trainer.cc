@@ -38,7 +38,7 @@ absl::StatusOr<ParameterAccess::StepEnd> ParameterAccess::FinishAndPull(
 ParameterAccess::PendingStepEnd ParameterAccess::StartStepEnd(
     int64_t clock, int64_t base_version,
     std::vector<absl::Span<const float>> grads,
-    std::vector<absl::Span<float>> tensors, std::shared_ptr<const void>) {
+    std::vector<absl::Span<float>> tensors) {
   absl::StatusOr<StepEnd> end = [&]() -> absl::StatusOr<StepEnd> {
     for (size_t i = 0; i < grads.size(); ++i) {
       PS_RETURN_IF_ERROR(
@@ -139,6 +139,20 @@ absl::StatusOr<TrainResult> Train(
     }
   }
 
+  // ASP with overlap_communication: step t+1 computes while step t's
+  // gradients and the next weights travel, in buffers of their own (the
+  // model's are in use). One set suffices: a step's calls are over before
+  // the next step's start.
+  const bool overlap = spec.consistency().model() == ConsistencySpec::ASP &&
+                       spec.consistency().overlap_communication();
+  std::vector<std::vector<float>> overlap_grads, overlap_weights;
+  if (overlap) {
+    for (const kernels::ParameterInfo& p : mlp->parameters()) {
+      overlap_grads.emplace_back(p.size);
+      overlap_weights.emplace_back(p.size);
+    }
+  }
+
   // On every way out (a stop, an error), the calls still in flight are
   // ended before the model and the buffers above are freed.
   struct CancelCallsOnExit {
@@ -193,25 +207,7 @@ absl::StatusOr<TrainResult> Train(
     return absl::OkStatus();
   };
 
-  // ASP with overlap_communication: step t+1 computes while step t's
-  // gradients and the next weights travel. They travel in buffers of their
-  // own (the model's are in use), handed to the ParameterAccess to keep
-  // until its calls are over.
-  const bool overlap = spec.consistency().model() == ConsistencySpec::ASP &&
-                       spec.consistency().overlap_communication();
-  struct OverlapBuffers {
-    std::vector<std::vector<float>> grads, weights;
-  };
-  std::shared_ptr<OverlapBuffers> in_flight_buffers;
   ParameterAccess::PendingStepEnd in_flight;
-  auto new_overlap_buffers = [&] {
-    auto b = std::make_shared<OverlapBuffers>();
-    for (const kernels::ParameterInfo& p : mlp->parameters()) {
-      b->grads.emplace_back(p.size);
-      b->weights.emplace_back(p.size);
-    }
-    return b;
-  };
 
   Window window;
   int64_t clock = a.start_step();
@@ -307,29 +303,24 @@ absl::StatusOr<TrainResult> Train(
         PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end, pending());
         staleness = end.staleness;
         for (size_t i = 0; i < weight_spans.size(); ++i) {
-          std::copy(in_flight_buffers->weights[i].begin(),
-                    in_flight_buffers->weights[i].end(),
+          std::copy(overlap_weights[i].begin(), overlap_weights[i].end(),
                     weight_spans[i].begin());
         }
         prefetched_version = end.version;
       } else {
         prefetched_version = version;  // the first step: the same weights
       }
-      // One set suffices: the previous step's calls are over by now.
-      std::shared_ptr<OverlapBuffers> buffers =
-          in_flight_buffers ? in_flight_buffers : new_overlap_buffers();
       std::vector<absl::Span<const float>> grad_spans;
       std::vector<absl::Span<float>> next_spans;
       for (int i = 0; i < mlp->num_parameters(); ++i) {
         PS_RETURN_IF_ERROR(
-            mlp->GetGradient(i, absl::MakeSpan(buffers->grads[i])));
-        grad_spans.push_back(buffers->grads[i]);
-        next_spans.push_back(absl::MakeSpan(buffers->weights[i]));
+            mlp->GetGradient(i, absl::MakeSpan(overlap_grads[i])));
+        grad_spans.push_back(overlap_grads[i]);
+        next_spans.push_back(absl::MakeSpan(overlap_weights[i]));
       }
       if (clock + 1 < total_steps) {
         in_flight = params->StartStepEnd(clock, version, std::move(grad_spans),
-                                         std::move(next_spans), buffers);
-        in_flight_buffers = buffers;
+                                         std::move(next_spans));
         prefetched = true;
       } else {
         for (int i = 0; i < mlp->num_parameters(); ++i) {

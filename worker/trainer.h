@@ -59,15 +59,14 @@ class ParameterAccess {
   // whole gradient of every tensor (`grads`, model order, computed on
   // weights of `base_version`) and pulling the weights for clock + 1 into
   // `tensors`, and returns at once; the returned function waits for both
-  // (as FinishAndPull returns). `keep_alive` owns the memory of `grads` and
-  // `tensors`: it is held until the calls are over, even if the wait is cut
-  // short by a stop. The default does it all before returning.
+  // (as FinishAndPull returns). `grads` and `tensors` must stay valid until
+  // that wait returns or CancelCalls() has. The default does it all before
+  // returning.
   using PendingStepEnd = std::function<absl::StatusOr<StepEnd>()>;
   virtual PendingStepEnd StartStepEnd(
       int64_t clock, int64_t base_version,
       std::vector<absl::Span<const float>> grads,
-      std::vector<absl::Span<float>> tensors,
-      std::shared_ptr<const void> keep_alive);
+      std::vector<absl::Span<float>> tensors);
 
   // Ends every call still in flight and returns once none is left: after it
   // nothing reads or writes the buffers given to Push, Pull or

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/coordinator/fake_clock.h"
 
@@ -199,9 +200,13 @@ class CoordinatorTest : public ::testing::Test {
     return coordinator_->ReportMetrics(r);
   }
 
-  // A server and `n` workers, one job of `n` workers running.
-  std::string RunningJob(int n, const JobSpec& spec, std::vector<int64_t>* w) {
-    AddServer("127.0.0.1:7001");
+  // `servers` servers (127.0.0.1:7001, :7002, ...) and `n` workers, one job
+  // of `n` workers running on them.
+  std::string RunningJob(int n, const JobSpec& spec, std::vector<int64_t>* w,
+                         int servers = 1) {
+    for (int i = 0; i < servers; ++i) {
+      AddServer(absl::StrCat("127.0.0.1:", 7001 + i));
+    }
     for (int i = 0; i < n; ++i) w->push_back(AddWorker());
     const std::string id = Submit(spec);
     coordinator_->Tick();
@@ -212,13 +217,7 @@ class CoordinatorTest : public ::testing::Test {
   // Servers at 127.0.0.1:7001 and :7002 and `n` workers, one job running
   // on them.
   std::string TwoShardJob(int n, const JobSpec& spec, std::vector<int64_t>* w) {
-    AddServer("127.0.0.1:7001");
-    AddServer("127.0.0.1:7002");
-    for (int i = 0; i < n; ++i) w->push_back(AddWorker());
-    const std::string id = Submit(spec);
-    coordinator_->Tick();
-    EXPECT_EQ(Job(id).state(), RUNNING) << Job(id).reason();
-    return id;
+    return RunningJob(n, spec, w, 2);
   }
 
   // The server at `address` restarts without its jobs and registers again;
