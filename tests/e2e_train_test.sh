@@ -17,14 +17,19 @@ psctl cluster up --servers 2 --workers 2 --bin_dir "$R" \
   --worker_flag=--report_every_steps=5 || { dump_logs; exit 1; }
 
 for mode in BSP ASP ASP-overlap SSP; do
-  extra=""; lr=0.05; model=$mode
+  extra=""; lr=0.05; momentum=0.9; model=$mode
   [[ $mode == SSP ]] && extra="staleness: 2"
-  [[ $mode == ASP-overlap ]] && model=ASP extra="overlap_communication: true"
   [[ $mode != BSP ]] && lr=0.025   # pushes applied one by one, not averaged
+  # Overlap makes every gradient one more step stale: with momentum 0.9 it
+  # trains erratically (README); the setting of
+  # configs/fashion_mnist_asp_overlap.pbtxt, half the momentum at twice the
+  # rate, does not.
+  [[ $mode == ASP-overlap ]] &&
+    model=ASP extra="overlap_communication: true" lr=0.05 momentum=0.5
   cat > "$TEST_TMPDIR/$mode.pbtxt" <<EOT
 name: "e2e-$mode"
 model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
-optimizer { kind: MOMENTUM learning_rate: $lr momentum: 0.9 }
+optimizer { kind: MOMENTUM learning_rate: $lr momentum: $momentum }
 consistency { model: $model $extra }
 data { batch_size: 64 max_steps: 80 eval_every_steps: 40 eval_examples: 2000 }
 num_workers: 2
