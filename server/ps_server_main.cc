@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -54,6 +55,9 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(int, threads, 8,
           "Threads serving pulls and end-of-step pushes that must wait (BSP "
           "barrier, SSP bound); the other calls run on gRPC's threads.");
+ABSL_FLAG(int, apply_threads, 0,
+          "Threads that apply a BSP step's update when the step closes (the "
+          "chunks are spread over them); 0: one per CPU core, at most 8.");
 ABSL_FLAG(int, metrics_port, -1,
           "Port for Prometheus GET /metrics; 0 picks a free port (printed); "
           "-1 disables the endpoint.");
@@ -203,6 +207,11 @@ int Run() {
   ShardStoreOptions store_options;
   store_options.data_dir = absl::GetFlag(FLAGS_data_dir);
   store_options.metrics = &metrics;
+  store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
+  if (store_options.apply_threads == 0) {
+    store_options.apply_threads = static_cast<int>(
+        std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  }
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
       ShardStore::Create(store_options);
   if (!store.ok()) {

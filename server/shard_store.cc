@@ -23,6 +23,7 @@
 #include "common/payload_codec.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "server/apply_pool.h"
 #include "server/checkpoint.h"
 #include "server/optimizer.h"
 
@@ -277,7 +278,8 @@ class ShardStoreImpl final : public ShardStore {
  public:
   explicit ShardStoreImpl(const ShardStoreOptions& options)
       : options_(options),
-        clock_(options.clock != nullptr ? options.clock : Clock::Real()) {}
+        clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+        apply_pool_(std::max(1, options.apply_threads)) {}
 
   absl::StatusOr<SetupJobResponse> SetupJob(
       const SetupJobRequest& request) override;
@@ -393,6 +395,7 @@ class ShardStoreImpl final : public ShardStore {
 
   const ShardStoreOptions options_;
   Clock* const clock_;
+  ApplyPool apply_pool_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
       ABSL_GUARDED_BY(mu_);
@@ -758,7 +761,9 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
   const float scale = 1.0f / static_cast<float>(workers.size());
   {
     absl::WriterMutexLock al(&job.apply_mu);
-    for (auto& chunk : job.chunks) {
+    // Chunks are independent: spread over the apply threads.
+    apply_pool_.ParallelFor(job.chunks.size(), [&](int64_t i) {
+      ChunkState* chunk = job.chunks[i].get();
       absl::MutexLock cl(&chunk->mu);
       std::vector<float>* sum = nullptr;
       for (int64_t w : workers) {
@@ -775,7 +780,7 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
       }
       // Late workers' partial gradients of this step are dropped with it.
       for (auto& [w, staged] : chunk->staged) staged.step = -1;
-    }
+    });
     const int64_t every = job.spec.checkpoint().every_versions();
     if (every > 0 && (step + 1) % every == 0 && !options_.data_dir.empty()) {
       auto snapshot = std::make_shared<CheckpointData>(Snapshot(job, step + 1));
@@ -1436,6 +1441,10 @@ Clock* Clock::Real() {
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
     const ShardStoreOptions& options) {
+  if (options.apply_threads < 1 || options.apply_threads > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "apply_threads must be in [1, 256], got ", options.apply_threads));
+  }
   return std::make_unique<ShardStoreImpl>(options);
 }
 

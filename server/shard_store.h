@@ -56,6 +56,9 @@ struct ShardStoreOptions {
   std::string data_dir;
   Clock* clock = nullptr;              // null: Clock::Real()
   MetricsRegistry* metrics = nullptr;  // null: no Prometheus metrics
+  // Threads that apply a BSP step's update when it closes (the closing
+  // thread and apply_threads - 1 helpers), chunks spread over them; >= 1.
+  int apply_threads = 1;
 };
 
 // One chunk of a push: num_elements little-endian `dtype` values, either

@@ -62,10 +62,12 @@ struct Fixture {
 };
 
 std::unique_ptr<ShardStore> NewStore(FakeClock* clock,
-                                     const std::string& data_dir = "") {
+                                     const std::string& data_dir = "",
+                                     int apply_threads = 1) {
   ShardStoreOptions options;
   options.clock = clock;
   options.data_dir = data_dir;
+  options.apply_threads = apply_threads;
   auto store = ShardStore::Create(options);
   EXPECT_TRUE(store.ok());
   return *std::move(store);
@@ -241,6 +243,56 @@ TEST(ShardStore, BspAppliesOncePerStepWithTheAverage) {
   }
   EXPECT_EQ(Version(*store), 2);
   ExpectAll(Weights(*store), -2.0f - 1.0f);
+}
+
+// The step close spread over several apply threads gives bit for bit the
+// weights of one thread (chunks are independent), momentum state included,
+// with a backup worker's late gradient dropped either way.
+TEST(ShardStore, BspStepCloseOnSeveralApplyThreadsMatchesOneThread) {
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 4}) {
+    FakeClock clock;
+    auto store = NewStore(&clock, "", threads);
+    JobSpec spec = MakeSpec(ConsistencySpec::BSP);
+    spec.mutable_optimizer()->set_kind(OptimizerSpec::MOMENTUM);
+    spec.mutable_optimizer()->set_learning_rate(0.1f);
+    spec.mutable_optimizer()->set_momentum(0.9f);
+    spec.mutable_consistency()->set_backup_workers(1);
+    spec.set_num_workers(3);
+    ASSERT_TRUE(store->SetupJob(JobSetup(spec, {1, 2, 3})).ok());
+    for (int64_t step = 0; step < 6; ++step) {
+      // Worker 3 is the late one: its gradient never counts.
+      ASSERT_TRUE(
+          PushValue(*store, 3, 2 * step + 1, step, 1000.0f, false).ok());
+      ASSERT_TRUE(PushValue(*store, 1, step + 1, step, 0.5f + step, true).ok());
+      ASSERT_TRUE(
+          PushValue(*store, 2, step + 1, step, -0.25f * step, true).ok());
+      auto late = PushValue(*store, 3, 2 * step + 2, step, 1000.0f, true);
+      ASSERT_TRUE(late.ok()) << late.status();
+      EXPECT_TRUE(late->dropped);
+    }
+    EXPECT_EQ(Version(*store), 6);
+    results.push_back(Weights(*store));
+  }
+  ASSERT_EQ(results[0].size(), 64u);
+  EXPECT_EQ(results[0], results[1]);
+  // And the update is the expected one: v = 0.9 v + g, w -= 0.1 v with
+  // g = mean of workers 1 and 2.
+  double v = 0, w = 1;
+  for (int step = 0; step < 6; ++step) {
+    v = 0.9 * v + (0.5 + step - 0.25 * step) / 2;
+    w -= 0.1 * v;
+  }
+  for (float got : results[1]) ASSERT_NEAR(got, w, 1e-4);
+}
+
+TEST(ShardStore, RefusesAnApplyThreadCountOutOfRange) {
+  for (int threads : {0, -1, 257}) {
+    ShardStoreOptions options;
+    options.apply_threads = threads;
+    EXPECT_EQ(ShardStore::Create(options).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
 }
 
 TEST(ShardStore, BspBackupWorkersDropLateGradients) {

@@ -419,7 +419,58 @@ std::pair<double, double> GrpcRawCeiling(int64_t bytes, int connections,
 
 struct ApplyResult {
   double memcpy_gbps, sgd_gbps, push_gbps;
+  // BSP step close (momentum over the whole shard), by apply threads.
+  std::vector<std::pair<int, double>> close_gbps;
 };
+
+// GB/s of weights updated by a BSP step close (the end of step that closes
+// it: summing the staged gradient, momentum update) with `threads` apply
+// threads.
+double StepCloseBandwidth(int64_t bytes, double seconds, int threads,
+                          const std::vector<float>& g) {
+  server::ShardStoreOptions options;
+  options.apply_threads = threads;
+  auto store = *server::ShardStore::Create(options);
+  JobSpec spec = DenseSpec(bytes, 1);
+  spec.mutable_consistency()->set_model(ConsistencySpec::BSP);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::MOMENTUM);
+  spec.mutable_optimizer()->set_momentum(0.9f);
+  spec.mutable_data()->set_max_steps(1000000);
+  SetupJobRequest req;
+  req.set_job_id("close");
+  *req.mutable_spec() = spec;
+  req.set_num_shards(1);
+  req.add_worker_ids(1);
+  (void)store->SetupJob(req);
+  auto placement = *store->GetPlacement("close");
+  server::PushArgs push, end;
+  push.job_id = end.job_id = "close";
+  push.worker_id = end.worker_id = 1;
+  end.end_of_step = true;
+  for (const Chunk& c : placement->chunks) {
+    server::PushChunk pc;
+    pc.chunk_id = c.chunk_id;
+    pc.num_elements = c.num_elements;
+    pc.data = absl::string_view(reinterpret_cast<const char*>(g.data()),
+                                c.num_elements * 4);
+    push.chunks.push_back(pc);
+  }
+  uint64_t seq = 0;
+  int64_t step = 0;
+  absl::Duration closing;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(seconds) || step < 4) {
+    push.seq = ++seq;
+    push.clock = end.clock = push.base_version = end.base_version = step;
+    (void)store->Push(push, absl::InfiniteFuture());
+    end.seq = ++seq;
+    const absl::Time t = absl::Now();
+    (void)store->Push(end, absl::InfiniteFuture());
+    closing += absl::Now() - t;
+    ++step;
+  }
+  return bytes * step / absl::ToDoubleSeconds(closing) / 1e9;
+}
 
 ApplyResult ApplyBandwidth(int64_t bytes, double seconds) {
   const int64_t n = bytes / 4;
@@ -469,6 +520,14 @@ ApplyResult ApplyBandwidth(int64_t bytes, double seconds) {
     args.seq = ++seq;
     (void)store->Push(args, absl::InfiniteFuture());
   });
+  const int cores =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> counts = {1};
+  if (cores > 1) counts.push_back(std::min(cores, 8));
+  for (int threads : counts) {
+    r.close_gbps.push_back(
+        {threads, StepCloseBandwidth(bytes, seconds, threads, g)});
+  }
   return r;
 }
 
@@ -557,6 +616,15 @@ int Main() {
   emit("|---|---|---|---|");
   emit(absl::StrFormat("| %.2f | %.2f | %.2f | %.2f |", a.memcpy_gbps,
                        a.sgd_gbps, a.push_gbps, a.sgd_gbps / a.memcpy_gbps));
+  emit(
+      "\nBSP step close (sum of the staged gradient and a momentum update of "
+      "all 64 MB, by apply threads):\n");
+  emit("| apply threads | GB/s of weights | vs 1 thread |");
+  emit("|---|---|---|");
+  for (const auto& [threads, gbps] : a.close_gbps) {
+    emit(absl::StrFormat("| %d | %.2f | %.2fx |", threads, gbps,
+                         gbps / a.close_gbps.front().second));
+  }
   if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
     std::ofstream(out) << report;
   }

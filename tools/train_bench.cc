@@ -5,10 +5,12 @@
 //   bazel run -c opt //tools:train_bench -- --steps=400
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -27,6 +29,9 @@
 ABSL_FLAG(int, steps, 400, "Training steps per measurement.");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads of the worker.");
 ABSL_FLAG(std::string, batches, "128,512", "Batch sizes to measure.");
+ABSL_FLAG(int, apply_threads, 0,
+          "The shard's BSP apply threads (ps_server --apply_threads); 0: one "
+          "per CPU core, at most 8, as the daemon.");
 ABSL_FLAG(std::string, consistency, "BSP",
           "Consistency models to measure through the PS, comma-separated: "
           "BSP, ASP, SSP (bound 3), ASP+overlap (overlap_communication).");
@@ -128,7 +133,13 @@ int Main() {
       kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
   if (!backend.ok()) return 1;
 
-  auto store = server::ShardStore::Create({});
+  server::ShardStoreOptions store_options;
+  store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
+  if (store_options.apply_threads == 0) {
+    store_options.apply_threads = static_cast<int>(
+        std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  }
+  auto store = server::ShardStore::Create(store_options);
   auto adapter = server::ParameterServiceAdapter::Create(store->get(), {});
   if (!store.ok() || !adapter.ok()) return 1;
   grpc::ServerBuilder builder;
