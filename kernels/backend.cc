@@ -1,5 +1,6 @@
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -166,9 +167,18 @@ absl::Status Backend::Gemm(Transpose trans_a, Transpose trans_b, float alpha,
           "Gemm: dimension ", d, " exceeds the int32 range of BLAS"));
     }
   }
+  if ((a.ld != 0 && a.ld < a.cols) || (b.ld != 0 && b.ld < b.cols) ||
+      a.ld > kInt32Max || b.ld > kInt32Max || a.ld < 0 || b.ld < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: a row stride must be in [cols, 2^31): a has ", a.ld,
+                     " for ", a.cols, " columns, b ", b.ld, " for ", b.cols));
+  }
+  if (c.ld != 0 && c.ld != c.cols) {
+    return absl::InvalidArgumentError("Gemm: c must be a dense matrix");
+  }
   if (m == 0 || n == 0) return absl::OkStatus();
-  const int lda = static_cast<int>(a.cols > 0 ? a.cols : 1);
-  const int ldb = static_cast<int>(b.cols > 0 ? b.cols : 1);
+  const int lda = static_cast<int>(std::max<int64_t>(a.stride(), 1));
+  const int ldb = static_cast<int>(std::max<int64_t>(b.stride(), 1));
   return DoGemm(trans_a, trans_b, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), alpha, a.data, lda, b.data, ldb, beta,
                 c.data, static_cast<int>(n));

@@ -40,16 +40,22 @@ struct DeviceMatrix {
   T* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  // Elements from one row's start to the next; 0 means `cols` (a dense
+  // matrix). Larger for a block of columns of a wider matrix; only Gemm's
+  // `a` and `b` accept that, the other ops take dense matrices.
+  int64_t ld = 0;
 
   DeviceMatrix() = default;
-  DeviceMatrix(T* d, int64_t r, int64_t c) : data(d), rows(r), cols(c) {}
+  DeviceMatrix(T* d, int64_t r, int64_t c, int64_t l = 0)
+      : data(d), rows(r), cols(c), ld(l) {}
   // Implicit where U* converts to T* (adds const).
   template <typename U,
             typename = std::enable_if_t<std::is_convertible_v<U*, T*>>>
   DeviceMatrix(
       const DeviceMatrix<U>& other)  // NOLINT(google-explicit-constructor)
-      : data(other.data), rows(other.rows), cols(other.cols) {}
+      : data(other.data), rows(other.rows), cols(other.cols), ld(other.ld) {}
 
+  int64_t stride() const { return ld > 0 ? ld : cols; }
   int64_t size() const { return rows * cols; }
   DeviceSpan<T> flat() const { return DeviceSpan<T>(data, rows * cols); }
 };
@@ -143,7 +149,8 @@ class Backend {
 
   // c = alpha * op(a) * op(b) + beta * c, all row-major; op(a) is [m, k],
   // op(b) is [k, n], c is [m, n]. With beta == 0, c's old contents are
-  // ignored (NaN included). m, n, k must fit in int32.
+  // ignored (NaN included). m, n, k must fit in int32. `a` and `b` may be
+  // column blocks of wider matrices (ld > cols); `c` must be dense.
   absl::Status Gemm(Transpose trans_a, Transpose trans_b, float alpha,
                     DeviceMatrix<const float> a, DeviceMatrix<const float> b,
                     float beta, DeviceMatrix<float> c);

@@ -171,6 +171,55 @@ TEST_P(BackendOpsTest, GemmMatchesReference) {
   }
 }
 
+// a and b as column blocks of wider stored matrices (row stride ld > cols),
+// as the MLP's first layer uses them in row blocks.
+TEST_P(BackendOpsTest, GemmReadsColumnBlocksThroughTheRowStride) {
+  Backend& b = *backend_;
+  const int64_t m = 9, n = 6, k = 5, ld = 13, col = 4;  // a: cols [4, 9)
+  int seed = 70;
+  for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+    const bool tra = ta == Transpose::kYes;
+    // Stored a: [m, ld] (op(a) = a block) or [k, ld] (transposed).
+    const int64_t a_rows = tra ? k : m, a_cols = tra ? m : k;
+    const std::vector<float> a = RandomVector(a_rows * ld, ++seed);
+    const std::vector<float> bm = RandomVector(k * (n + 3), ++seed);
+    std::vector<double> ref(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0.0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double av = tra ? a[p * ld + col + i] : a[i * ld + col + p];
+          sum += av * bm[p * (n + 3) + 1 + j];  // b: cols [1, 7) of [k, 9]
+        }
+        ref[i * n + j] = sum;
+      }
+    }
+    DeviceBuffer da = ToDevice(b, a);
+    DeviceBuffer db = ToDevice(b, bm);
+    DeviceBuffer dc = Zeros<float>(b, m * n);
+    DeviceMatrix<const float> ma(da.Matrix<float>(a_rows, ld).data + col,
+                                 a_rows, a_cols, ld);
+    DeviceMatrix<const float> mb(db.Matrix<float>(k, n + 3).data + 1, k, n,
+                                 n + 3);
+    ASSERT_OK(
+        b.Gemm(ta, Transpose::kNo, 1.0f, ma, mb, 0.0f, dc.Matrix<float>(m, n)));
+    ExpectAllClose(ToHost<float>(b, dc, m * n), ref, 1e-4, 1e-4,
+                   absl::StrCat("strided gemm ta=", tra));
+  }
+  // A stride below the row's width, or a strided c, is refused.
+  DeviceBuffer d = Zeros<float>(b, 64);
+  DeviceMatrix<const float> narrow(d.Matrix<float>(4, 4).data, 4, 4, 3);
+  EXPECT_EQ(b.Gemm(Transpose::kNo, Transpose::kNo, 1.0f, narrow,
+                   d.Matrix<float>(4, 4), 0.0f, d.Matrix<float>(4, 4))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  DeviceMatrix<float> strided_c(d.Matrix<float>(4, 4).data, 2, 2, 4);
+  EXPECT_EQ(b.Gemm(Transpose::kNo, Transpose::kNo, 1.0f, d.Matrix<float>(2, 2),
+                   d.Matrix<float>(2, 2), 0.0f, strided_c)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(BackendOpsTest, BiasAddAndGradMatchReference) {
   Backend& b = *backend_;
   const std::pair<int64_t, int64_t> shapes[] = {

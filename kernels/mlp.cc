@@ -186,6 +186,36 @@ absl::Status Mlp::GetGradient(int index, absl::Span<float> host) {
                               p.size * static_cast<int64_t>(sizeof(float)));
 }
 
+absl::Status Mlp::CheckRange(int index, int64_t offset, size_t size) const {
+  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  const ParameterInfo& p = info_[index];
+  if (offset < 0 || offset > p.size ||
+      static_cast<int64_t>(size) > p.size - offset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Mlp: elements [", offset, ", ", offset + size, ") of ",
+                     p.name, " are outside its ", p.size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::SetParameterRange(int index, int64_t offset,
+                                    absl::Span<const float> host) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckRange(index, offset, host.size()));
+  if (host.empty()) return absl::OkStatus();
+  return backend_->CopyToDevice(
+      host.data(), params_[index].Span<float>(info_[index].size).data + offset,
+      static_cast<int64_t>(host.size() * sizeof(float)));
+}
+
+absl::Status Mlp::GetGradientRange(int index, int64_t offset,
+                                   absl::Span<float> host) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckRange(index, offset, host.size()));
+  if (host.empty()) return absl::OkStatus();
+  return backend_->CopyToHost(
+      grads_[index].Span<float>(info_[index].size).data + offset, host.data(),
+      static_cast<int64_t>(host.size() * sizeof(float)));
+}
+
 absl::StatusOr<int64_t> Mlp::LoadBatch(absl::Span<const float> images,
                                        absl::Span<const int32_t> labels) {
   const int64_t batch = static_cast<int64_t>(labels.size());
@@ -213,15 +243,58 @@ absl::StatusOr<int64_t> Mlp::LoadBatch(absl::Span<const float> images,
   return batch;
 }
 
-absl::Status Mlp::Forward(int64_t batch) {
+absl::StatusOr<std::vector<int64_t>> Mlp::RowBlocks(
+    const std::vector<int64_t>& splits) const {
+  std::vector<int64_t> blocks = {0};
+  for (int64_t r : splits) {
+    if (r <= blocks.back() || r >= sizes_[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Mlp: first_weight_row_splits must ascend inside (0, ",
+                       sizes_[0], "), got ", r, " after ", blocks.back()));
+    }
+    blocks.push_back(r);
+  }
+  blocks.push_back(sizes_[0]);
+  return blocks;
+}
+
+absl::Status Mlp::Forward(int64_t batch, const StepHooks* hooks) {
+  std::vector<int64_t> blocks = {0, sizes_[0]};
+  if (hooks != nullptr) {
+    absl::StatusOr<std::vector<int64_t>> b =
+        RowBlocks(hooks->first_weight_row_splits);
+    if (!b.ok()) return b.status();
+    blocks = *std::move(b);
+  }
+  auto use = [&](int index, int64_t begin, int64_t end) {
+    return hooks != nullptr && hooks->before_use
+               ? hooks->before_use(index, begin, end)
+               : absl::OkStatus();
+  };
   for (int i = 0; i < num_layers(); ++i) {
     DeviceMatrix<const float> in = acts_[i].Matrix<float>(batch, sizes_[i]);
     DeviceMatrix<float> out = acts_[i + 1].Matrix<float>(batch, sizes_[i + 1]);
     DeviceMatrix<const float> w =
         params_[2 * i].Matrix<float>(sizes_[i], sizes_[i + 1]);
     DeviceSpan<const float> b = params_[2 * i + 1].Span<float>(sizes_[i + 1]);
-    PS_KERNELS_RETURN_IF_ERROR(
-        backend_->Gemm(Transpose::kNo, Transpose::kNo, 1.0f, in, w, 0.0f, out));
+    if (i == 0 && blocks.size() > 2) {
+      // out = sum over the row blocks of X[:, rows] W[rows, :].
+      const int64_t width = sizes_[1];
+      for (size_t k = 0; k + 1 < blocks.size(); ++k) {
+        const int64_t r0 = blocks[k], r1 = blocks[k + 1];
+        PS_KERNELS_RETURN_IF_ERROR(use(0, r0 * width, r1 * width));
+        PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+            Transpose::kNo, Transpose::kNo, 1.0f,
+            DeviceMatrix<const float>(in.data + r0, batch, r1 - r0, sizes_[0]),
+            DeviceMatrix<const float>(w.data + r0 * width, r1 - r0, width),
+            k == 0 ? 0.0f : 1.0f, out));
+      }
+    } else {
+      PS_KERNELS_RETURN_IF_ERROR(use(2 * i, 0, w.size()));
+      PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kNo,
+                                                1.0f, in, w, 0.0f, out));
+    }
+    PS_KERNELS_RETURN_IF_ERROR(use(2 * i + 1, 0, b.size));
     PS_KERNELS_RETURN_IF_ERROR(backend_->BiasAdd(b, out));
     if (i + 1 < num_layers()) {
       PS_KERNELS_RETURN_IF_ERROR(
@@ -234,10 +307,22 @@ absl::Status Mlp::Forward(int64_t batch) {
 absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
                                      absl::Span<const int32_t> labels,
                                      const GradientReadyFn& on_gradient_ready) {
+  StepHooks hooks;
+  hooks.on_gradient_ready = on_gradient_ready;
+  return TrainStep(images, labels, hooks);
+}
+
+absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
+                                     absl::Span<const int32_t> labels,
+                                     const StepHooks& hooks) {
+  absl::StatusOr<std::vector<int64_t>> blocks_or =
+      RowBlocks(hooks.first_weight_row_splits);
+  if (!blocks_or.ok()) return blocks_or.status();
+  const std::vector<int64_t> blocks = *std::move(blocks_or);
   absl::StatusOr<int64_t> batch_or = LoadBatch(images, labels);
   if (!batch_or.ok()) return batch_or.status();
   const int64_t batch = *batch_or;
-  PS_KERNELS_RETURN_IF_ERROR(Forward(batch));
+  PS_KERNELS_RETURN_IF_ERROR(Forward(batch, &hooks));
 
   const int last = num_layers() - 1;
   int cur = 0;
@@ -245,27 +330,56 @@ absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
   PS_KERNELS_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
       acts_[last + 1].Matrix<float>(batch, sizes_.back()),
       labels_.Span<int32_t>(batch), loss_.Span<float>(1), dz));
+  if (hooks.before_backward) {
+    PS_KERNELS_RETURN_IF_ERROR(hooks.before_backward());
+  }
+  auto part = [&](int index, int64_t begin, int64_t end) {
+    if (hooks.on_gradient_part) hooks.on_gradient_part(index, begin, end);
+  };
+  auto ready = [&](int index) {
+    if (hooks.on_gradient_ready) hooks.on_gradient_ready(index);
+  };
 
   for (int i = last; i >= 0; --i) {
     DeviceMatrix<const float> in = acts_[i].Matrix<float>(batch, sizes_[i]);
-    // dW = in^T dz; db = column sums of dz.
-    PS_KERNELS_RETURN_IF_ERROR(
-        backend_->Gemm(Transpose::kYes, Transpose::kNo, 1.0f, in, dz, 0.0f,
-                       grads_[2 * i].Matrix<float>(sizes_[i], sizes_[i + 1])));
+    DeviceMatrix<float> dw =
+        grads_[2 * i].Matrix<float>(sizes_[i], sizes_[i + 1]);
+    // dW = in^T dz (block by block of rows for the first layer); db =
+    // column sums of dz.
+    if (i == 0 && blocks.size() > 2) {
+      const int64_t width = sizes_[1];
+      for (size_t k = 0; k + 1 < blocks.size(); ++k) {
+        const int64_t r0 = blocks[k], r1 = blocks[k + 1];
+        PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+            Transpose::kYes, Transpose::kNo, 1.0f,
+            DeviceMatrix<const float>(in.data + r0, batch, r1 - r0, sizes_[0]),
+            dz, 0.0f,
+            DeviceMatrix<float>(dw.data + r0 * width, r1 - r0, width)));
+        part(0, r0 * width, r1 * width);
+      }
+    } else {
+      PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kYes, Transpose::kNo,
+                                                1.0f, in, dz, 0.0f, dw));
+    }
     PS_KERNELS_RETURN_IF_ERROR(
         backend_->BiasGrad(dz, grads_[2 * i + 1].Span<float>(sizes_[i + 1])));
-    if (on_gradient_ready) {
-      on_gradient_ready(2 * i);
-      on_gradient_ready(2 * i + 1);
+    DeviceMatrix<float> din;
+    if (i > 0) {
+      // d(in) = dz W^T, then through the activation that produced `in`;
+      // before the gradients are handed out, as it is the step's last read
+      // of W (a worker may then overwrite it with the next step's weights).
+      din = delta_[1 - cur].Matrix<float>(batch, sizes_[i]);
+      PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+          Transpose::kNo, Transpose::kYes, 1.0f, dz,
+          params_[2 * i].Matrix<float>(sizes_[i], sizes_[i + 1]), 0.0f, din));
+      PS_KERNELS_RETURN_IF_ERROR(backend_->ActivationBackward(
+          activation_, in.flat(), din.flat(), din.flat()));
     }
+    if (i > 0 || blocks.size() <= 2) part(2 * i, 0, dw.size());
+    ready(2 * i);
+    part(2 * i + 1, 0, sizes_[i + 1]);
+    ready(2 * i + 1);
     if (i == 0) break;  // no gradient for the input
-    // d(in) = dz W^T, then through the activation that produced `in`.
-    DeviceMatrix<float> din = delta_[1 - cur].Matrix<float>(batch, sizes_[i]);
-    PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(
-        Transpose::kNo, Transpose::kYes, 1.0f, dz,
-        params_[2 * i].Matrix<float>(sizes_[i], sizes_[i + 1]), 0.0f, din));
-    PS_KERNELS_RETURN_IF_ERROR(backend_->ActivationBackward(
-        activation_, in.flat(), din.flat(), din.flat()));
     cur = 1 - cur;
     dz = din;
   }

@@ -90,6 +90,45 @@ class Mlp {
       absl::Span<const float> images, absl::Span<const int32_t> labels,
       const GradientReadyFn& on_gradient_ready = nullptr);
 
+  // Hooks for a worker that overlaps its transfers with the step. The first
+  // layer's weight (fc0/weight, [input, width], usually most of the model)
+  // can be used and differentiated in blocks of rows: forward sums the
+  // blocks' products (X[:, rows] W[rows, :]) as the rows become available,
+  // and backward produces its gradient block by block, so the first blocks
+  // can travel while the next are computed.
+  struct StepHooks {
+    // Row boundaries of fc0/weight's blocks, ascending, inside (0, input);
+    // empty: one block.
+    std::vector<int64_t> first_weight_row_splits;
+    // Called before forward reads elements [begin, end) of parameter
+    // `index` (fc0/weight block by block, every other parameter whole, in
+    // the order forward uses them), e.g. to wait for their pull. On the
+    // device, writes the hook makes to the parameter (SetParameterRange)
+    // come before the reads in stream order. An error ends the step.
+    std::function<absl::Status(int index, int64_t begin, int64_t end)>
+        before_use;
+    // Called between forward and backward (an error ends the step).
+    std::function<absl::Status()> before_backward;
+    // Called when elements [begin, end) of parameter `index`'s gradient are
+    // complete in stream order: fc0/weight block by block (in the order of
+    // the splits), every other parameter whole; right after each call for
+    // a parameter's last part, on_gradient_ready(index) follows. From then
+    // on the step no longer reads parameter `index` (nor its gradient), so
+    // the caller may overwrite it with the next step's weights.
+    std::function<void(int index, int64_t begin, int64_t end)> on_gradient_part;
+    GradientReadyFn on_gradient_ready;
+  };
+  absl::StatusOr<float> TrainStep(absl::Span<const float> images,
+                                  absl::Span<const int32_t> labels,
+                                  const StepHooks& hooks);
+
+  // Elements [offset, offset + host.size()) of parameter `index` from host
+  // fp32; of its gradient to host fp32.
+  absl::Status SetParameterRange(int index, int64_t offset,
+                                 absl::Span<const float> host);
+  absl::Status GetGradientRange(int index, int64_t offset,
+                                absl::Span<float> host);
+
   // The gradients of the last TrainStep: on the device, or copied to host.
   DeviceSpan<const float> gradient(int index) const;
   absl::Status GetGradient(int index, absl::Span<float> host);
@@ -110,7 +149,11 @@ class Mlp {
   // Validates and uploads a batch; returns its size.
   absl::StatusOr<int64_t> LoadBatch(absl::Span<const float> images,
                                     absl::Span<const int32_t> labels);
-  absl::Status Forward(int64_t batch);
+  absl::Status Forward(int64_t batch, const StepHooks* hooks = nullptr);
+  // [0, splits..., input]: fc0/weight's row blocks (validated).
+  absl::StatusOr<std::vector<int64_t>> RowBlocks(
+      const std::vector<int64_t>& splits) const;
+  absl::Status CheckRange(int index, int64_t offset, size_t size) const;
   absl::Status CheckIndex(int index) const;
   int num_layers() const { return static_cast<int>(sizes_.size()) - 1; }
 

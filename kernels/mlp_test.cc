@@ -272,6 +272,107 @@ TEST(Mlp, ReportsEachGradientAsSoonAsItIsReady) {
   }
 }
 
+// The first layer in row blocks: forward waits for each block before it
+// reads it, backward hands out the gradient block by block, and the loss and
+// gradients equal those of the unsplit step; weights written from the
+// before_use hook (as a worker's pull arriving) are the ones used.
+TEST(Mlp, StepHooksSplitTheFirstLayerIntoRowBlocks) {
+  for (const char* which : {"cpu", "cuda-emulated"}) {
+    SCOPED_TRACE(which);
+    auto backend = std::string(which) == "cpu" ? CreateCpuBackend({})
+                                               : CreateCudaEmulatedBackend();
+    ASSERT_TRUE(backend.ok());
+    const std::vector<int64_t> sizes = {7, 5, 4, 3};
+    auto plain = Mlp::Create(backend->get(), {.layer_sizes = sizes});
+    auto split = Mlp::Create(backend->get(), {.layer_sizes = sizes});
+    ASSERT_TRUE(plain.ok() && split.ok());
+    ASSERT_TRUE((*plain)->InitializeParameters(3).ok());
+    std::vector<float> images;
+    std::vector<int32_t> labels;
+    RandomBatch(11, 7, 3, 9, &images, &labels);
+    absl::StatusOr<float> want = (*plain)->TrainStep(images, labels);
+    ASSERT_TRUE(want.ok()) << want.status();
+
+    // The split model starts with zero weights; the hook "receives" the
+    // plain model's weights just before each use.
+    Mlp& m = **split;
+    std::vector<std::vector<float>> weights(m.num_parameters());
+    for (int i = 0; i < m.num_parameters(); ++i) {
+      weights[i].resize(m.parameters()[i].size);
+      ASSERT_TRUE((*plain)->GetParameter(i, absl::MakeSpan(weights[i])).ok());
+    }
+    std::vector<std::vector<int64_t>> used, parts;
+    std::vector<int> ready;
+    bool between = false;
+    Mlp::StepHooks hooks;
+    hooks.first_weight_row_splits = {2, 3, 6};
+    hooks.before_use = [&](int index, int64_t begin, int64_t end) {
+      used.push_back({index, begin, end});
+      return m.SetParameterRange(
+          index, begin,
+          absl::MakeConstSpan(weights[index]).subspan(begin, end - begin));
+    };
+    hooks.before_backward = [&] {
+      between = used.size() == 9 && parts.empty();
+      return absl::OkStatus();
+    };
+    hooks.on_gradient_part = [&](int index, int64_t begin, int64_t end) {
+      parts.push_back({index, begin, end});
+      std::vector<float> got(end - begin), full(m.parameters()[index].size);
+      ASSERT_TRUE(m.GetGradientRange(index, begin, absl::MakeSpan(got)).ok());
+      ASSERT_TRUE((*plain)->GetGradient(index, absl::MakeSpan(full)).ok());
+      for (int64_t e = begin; e < end; ++e) {
+        EXPECT_NEAR(got[e - begin], full[e], 1e-5) << index << " " << e;
+      }
+    };
+    hooks.on_gradient_ready = [&](int index) { ready.push_back(index); };
+    absl::StatusOr<float> got = m.TrainStep(images, labels, hooks);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NEAR(*got, *want, 1e-5);
+    EXPECT_TRUE(between);
+    // fc0/weight is [7, 5]: rows {0,2}, {2,3}, {3,6}, {6,7}.
+    EXPECT_EQ(used, (std::vector<std::vector<int64_t>>{{0, 0, 10},
+                                                       {0, 10, 15},
+                                                       {0, 15, 30},
+                                                       {0, 30, 35},
+                                                       {1, 0, 5},
+                                                       {2, 0, 20},
+                                                       {3, 0, 4},
+                                                       {4, 0, 12},
+                                                       {5, 0, 3}}));
+    EXPECT_EQ(parts, (std::vector<std::vector<int64_t>>{{4, 0, 12},
+                                                        {5, 0, 3},
+                                                        {2, 0, 20},
+                                                        {3, 0, 4},
+                                                        {0, 0, 10},
+                                                        {0, 10, 15},
+                                                        {0, 15, 30},
+                                                        {0, 30, 35},
+                                                        {1, 0, 5}}));
+    EXPECT_EQ(ready, (std::vector<int>{4, 5, 2, 3, 0, 1}));
+
+    // An error from a hook ends the step with it; bad splits are refused.
+    hooks.before_use = [](int index, int64_t, int64_t) {
+      return index == 2 ? absl::CancelledError("stop") : absl::OkStatus();
+    };
+    EXPECT_EQ(m.TrainStep(images, labels, hooks).status().code(),
+              absl::StatusCode::kCancelled);
+    hooks.before_use = nullptr;
+    for (std::vector<int64_t> bad :
+         {std::vector<int64_t>{0}, std::vector<int64_t>{3, 3},
+          std::vector<int64_t>{7}}) {
+      hooks.first_weight_row_splits = bad;
+      EXPECT_EQ(m.TrainStep(images, labels, hooks).status().code(),
+                absl::StatusCode::kInvalidArgument);
+    }
+    EXPECT_EQ(m.SetParameterRange(0, 30, std::vector<float>(6)).code(),
+              absl::StatusCode::kInvalidArgument);
+    std::vector<float> out(2);
+    EXPECT_EQ(m.GetGradientRange(1, -1, absl::MakeSpan(out)).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(Mlp, GrowsToLargerBatches) {
   auto backend = CreateCpuBackend({});
   ASSERT_TRUE(backend.ok());

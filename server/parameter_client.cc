@@ -34,6 +34,19 @@ struct TicketState {
   int64_t min_clock ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::max();
   int64_t duplicates ABSL_GUARDED_BY(mu) = 0;
   int64_t dropped ABSL_GUARDED_BY(mu) = 0;
+  // Pulls: by chunk id, whether it has been written into the tensors.
+  std::vector<bool> arrived ABSL_GUARDED_BY(mu);
+
+  void MarkArrived(const std::vector<int64_t>& ids) {
+    absl::MutexLock l(&mu);
+    for (int64_t id : ids) {
+      if (id >= static_cast<int64_t>(arrived.size())) arrived.resize(id + 1);
+      arrived[id] = true;
+    }
+  }
+  bool Arrived(int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return id >= 0 && id < static_cast<int64_t>(arrived.size()) && arrived[id];
+  }
 
   void Add(int n) {
     absl::MutexLock l(&mu);
@@ -64,6 +77,33 @@ absl::Status Ticket::Wait(absl::Duration timeout) const {
         state_->pending, " RPCs in flight)"));
   }
   return state_->status;
+}
+
+absl::Status Ticket::WaitForChunks(absl::Span<const int64_t> ids,
+                                   absl::Duration timeout) const {
+  absl::MutexLock l(&state_->mu);
+  auto all_arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+    for (int64_t id : ids) {
+      if (!state_->Arrived(id)) return false;
+    }
+    return true;
+  };
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
+    return state_->pending == 0 || all_arrived();
+  };
+  if (!state_->mu.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "chunks still on the way after ", absl::FormatDuration(timeout), " (",
+        state_->pending, " RPCs in flight)"));
+  }
+  if (all_arrived()) return absl::OkStatus();
+  if (!state_->status.ok()) return state_->status;
+  return absl::InternalError("the pull ended without all of its chunks");
+}
+
+bool Ticket::has_version() const {
+  absl::MutexLock l(&state_->mu);
+  return state_->version != std::numeric_limits<int64_t>::max();
 }
 
 bool Ticket::Done() const {
@@ -213,10 +253,15 @@ class ClientImpl final : public ParameterClient {
   Ticket PushTensors(std::vector<TensorGrad> grads, int64_t clock,
                      int64_t base_version) override;
   Ticket EndStep(int64_t clock, int64_t base_version) override;
-  StepTickets EndStepAndPull(std::vector<TensorGrad> grads, int64_t clock,
-                             int64_t base_version, int64_t next_clock,
-                             int64_t min_version,
-                             std::vector<absl::Span<float>> tensors) override;
+  StepTickets EndStepAndPull(
+      std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
+      int64_t next_clock, int64_t min_version,
+      std::vector<absl::Span<float>> tensors,
+      const std::vector<int64_t>& already_asked) override;
+  StepTickets PushTensorsAndPull(
+      std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
+      int64_t next_clock, int64_t min_version,
+      std::vector<absl::Span<float>> tensors) override;
   const Placement& placement() const override { return placement_; }
   void CancelInFlight() override;
 
@@ -304,6 +349,20 @@ class ClientImpl final : public ParameterClient {
   Ticket SendPush(int shard, std::vector<ChunkOut> chunks, int64_t clock,
                   int64_t base_version, bool end_of_step,
                   const std::shared_ptr<TicketState>& ticket);
+  // One push message to `shard` (counted in `end`) that asks back the
+  // weights of `ask` (ids; none: asks nothing) into `tensors` (counted in
+  // `pull`, which the caller has Add()ed one for it and one per group of
+  // `more`: pulls started once the push is answered). `last`: it ends the
+  // step, and its answer sets the shard's pulled version.
+  // `end_of_step_call`: the message is part of an EndStepAndPull.
+  void SendPushAndPull(int shard, std::vector<ChunkOut> chunks, int64_t clock,
+                       int64_t base_version, bool end_of_step_call, bool last,
+                       bool ask, std::vector<int64_t> ask_ids,
+                       std::vector<std::vector<int64_t>> more,
+                       int64_t next_clock, int64_t min_version,
+                       const std::vector<absl::Span<float>>& tensors,
+                       const std::shared_ptr<TicketState>& end,
+                       const std::shared_ptr<TicketState>& pull);
 
   // The send thread: starts queued calls in order.
   void SendLoop() {
@@ -479,16 +538,23 @@ absl::Status StoreChunk(const Placement& p,
 
 // Decodes a Pull or Push answer: the header into `header`, the weights it
 // carries straight into `tensors`.
+// Marks the chunks stored in `pull` once all of them are.
 absl::Status DecodeWeights(const grpc::ByteBuffer& buffer, int chunks_field,
                            google::protobuf::MessageLite* header,
                            const Placement& p,
-                           const std::vector<absl::Span<float>>& tensors) {
+                           const std::vector<absl::Span<float>>& tensors,
+                           TicketState& pull) {
   std::vector<grpc::Slice> slices;
-  return DecodeSegmented(
+  std::vector<int64_t> stored;
+  PS_RETURN_IF_ERROR(DecodeSegmented(
       buffer, chunks_field, header, &slices,
       [&](const ChunkView& c, absl::Span<const absl::string_view> segs) {
-        return StoreChunk(p, tensors, c, segs);
-      });
+        PS_RETURN_IF_ERROR(StoreChunk(p, tensors, c, segs));
+        stored.push_back(c.chunk_id);
+        return absl::OkStatus();
+      }));
+  pull.MarkArrived(stored);
+  return absl::OkStatus();
 }
 
 absl::Status ClientImpl::CheckTensors(
@@ -522,6 +588,7 @@ void ClientImpl::StartPull(const std::shared_ptr<TicketState>& ticket,
   request.set_min_version(min_version);
   request.set_dtype(options_.wire_dtype);
   for (int64_t id : group) request.add_chunk_ids(id);
+  if (group.empty()) request.set_version_only(true);
   call->encode = [bytes = request.SerializeAsString()] {
     grpc::Slice slice(bytes);
     return grpc::ByteBuffer(&slice, 1);
@@ -532,7 +599,7 @@ void ClientImpl::StartPull(const std::shared_ptr<TicketState>& ticket,
                        pulled_version](const grpc::ByteBuffer& buffer) {
     PullResponse header;
     PS_RETURN_IF_ERROR(
-        DecodeWeights(buffer, kPullChunksField, &header, *p, tensors));
+        DecodeWeights(buffer, kPullChunksField, &header, *p, tensors, *ticket));
     pulled_version->store(header.version());
     absl::MutexLock l(&ticket->mu);
     ticket->version = std::min(ticket->version, header.version());
@@ -575,6 +642,7 @@ PushRequest ClientImpl::PushHeader(int shard, int64_t clock,
                               ? pulled_version_[shard].load()
                               : base_version);
   header.set_end_of_step(end_of_step);
+  header.set_chunks_final(options_.chunks_final);
   return header;
 }
 
@@ -635,20 +703,31 @@ ClientImpl::Split(absl::string_view what, const std::vector<TensorGrad>& grads,
       placement_.num_shards);
   std::vector<int64_t> bytes(placement_.num_shards, 0);
   std::vector<int64_t> limit(placement_.num_shards, options_.max_request_bytes);
-  for (const TensorGrad& g : grads) {
+  // Per grad, the ids of the chunks it covers.
+  std::vector<std::vector<int64_t>> covered(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const TensorGrad& g = grads[i];
+    const int64_t end = g.offset + static_cast<int64_t>(g.grad.size());
     if (g.tensor_index < 0 ||
         g.tensor_index >= static_cast<int>(tensor_chunks_.size()) ||
-        static_cast<int64_t>(g.grad.size()) !=
-            placement_.tensor_elements[g.tensor_index]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": tensor ", g.tensor_index, " with ",
-                       g.grad.size(), " floats does not match the placement"));
+        g.offset < 0 || end > placement_.tensor_elements[g.tensor_index] ||
+        (g.grad.empty() && placement_.tensor_elements[g.tensor_index] > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": tensor ", g.tensor_index, " with ", g.grad.size(),
+          " floats at offset ", g.offset, " does not match the placement"));
     }
-    if (spread > 1) {
-      for (int64_t id : tensor_chunks_[g.tensor_index]) {
-        bytes[placement_.chunks[id].shard] +=
-            placement_.chunks[id].num_elements * size;
+    for (int64_t id : tensor_chunks_[g.tensor_index]) {
+      const Chunk& c = placement_.chunks[id];
+      const int64_t c_end = c.offset + c.num_elements;
+      if (c_end <= g.offset || c.offset >= end) continue;
+      if (c.offset < g.offset || c_end > end) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": elements [", g.offset, ", ", end, ") of tensor ",
+            g.tensor_index, " cut its chunk [", c.offset, ", ", c_end,
+            "); parts must be whole chunks"));
       }
+      covered[i].push_back(id);
+      if (spread > 1) bytes[c.shard] += c.num_elements * size;
     }
   }
   if (spread > 1) {
@@ -658,11 +737,12 @@ ClientImpl::Split(absl::string_view what, const std::vector<TensorGrad>& grads,
       bytes[s] = 0;
     }
   }
-  for (const TensorGrad& g : grads) {
-    for (int64_t id : tensor_chunks_[g.tensor_index]) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const TensorGrad& g = grads[i];
+    for (int64_t id : covered[i]) {
       const Chunk& c = placement_.chunks[id];
       const absl::Span<const float> part =
-          g.grad.subspan(c.offset, c.num_elements);
+          g.grad.subspan(c.offset - g.offset, c.num_elements);
       ChunkOut out;
       out.chunk_id = id;
       out.dtype = dtype;
@@ -717,10 +797,85 @@ Ticket ClientImpl::EndStep(int64_t clock, int64_t base_version) {
   return Ticket(ticket);
 }
 
+void ClientImpl::SendPushAndPull(int s, std::vector<ChunkOut> chunks,
+                                 int64_t clock, int64_t base_version,
+                                 bool end_of_step_call, bool last, bool ask,
+                                 std::vector<int64_t> ask_ids,
+                                 std::vector<std::vector<int64_t>> more,
+                                 int64_t next_clock, int64_t min_version,
+                                 const std::vector<absl::Span<float>>& tensors,
+                                 const std::shared_ptr<TicketState>& end,
+                                 const std::shared_ptr<TicketState>& pull) {
+  const Placement* p = &placement_;
+  PushRequest header = PushHeader(s, clock, base_version, last);
+  const bool ends_step = end_of_step_call;
+  if (ask) {
+    PullRequest* then = header.mutable_then_pull();
+    then->set_clock(next_clock);
+    then->set_min_version(min_version);
+    then->set_dtype(options_.wire_dtype);
+    for (int64_t id : ask_ids) then->add_chunk_ids(id);
+    // (No chunk ids would mean all of them.)
+    if (ask_ids.empty()) then->set_version_only(true);
+  }
+  auto call = NewCall(end, s, kPushMethod);
+  call->encode = [header = std::move(header), chunks = std::move(chunks)] {
+    return EncodeWithPayloads(header, kPushChunksField, chunks);
+  };
+  // Whether the response carried the weights (a server that predates
+  // then_pull ignores it and answers a plain push).
+  auto pulled = std::make_shared<std::atomic<bool>>(false);
+  std::atomic<int64_t>* pulled_version = &pulled_version_[s];
+  call->on_response = [p, tensors, end, pull, pulled, pulled_version, last,
+                       ends_step](const grpc::ByteBuffer& buffer) {
+    PushResponse response;
+    PS_RETURN_IF_ERROR(DecodeWeights(buffer, kPushPulledChunksField, &response,
+                                     *p, tensors, *pull));
+    RecordPush(*end, response);
+    if (response.pulled()) {
+      pulled->store(true);
+      absl::MutexLock l(&pull->mu);
+      pull->min_clock = std::min(pull->min_clock, response.pulled_min_clock());
+      // Of an end of step, only the last message's answer gives the
+      // weights' version: the earlier messages' answers (ASP/SSP) predate
+      // this worker's own end of step, which would count as one version of
+      // staleness. PushTensorsAndPull: every answer's.
+      if (last || !ends_step) {
+        pull->version = std::min(pull->version, response.pulled_version());
+      }
+      if (last) pulled_version->store(response.pulled_version());
+    }
+    return absl::OkStatus();
+  };
+  // Runs on a gRPC callback thread: the follow-up pulls must not reap
+  // contexts there.
+  call->after = [this, pull, pulled, s, ask, next_clock, min_version, tensors,
+                 ids = std::move(ask_ids),
+                 more = std::move(more)](const absl::Status& status) {
+    if (!status.ok()) {
+      if (ask) pull->Complete(status);
+      for (size_t g = 0; g < more.size(); ++g) pull->Complete(status);
+      return;
+    }
+    if (ask) {
+      if (pulled->load()) {
+        pull->Complete(absl::OkStatus());
+      } else {
+        StartPull(pull, s, ids, next_clock, min_version, tensors, false);
+      }
+    }
+    for (const std::vector<int64_t>& group : more) {
+      StartPull(pull, s, group, next_clock, min_version, tensors, false);
+    }
+  };
+  Launch(std::move(call));
+}
+
 ParameterClient::StepTickets ClientImpl::EndStepAndPull(
     std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
     int64_t next_clock, int64_t min_version,
-    std::vector<absl::Span<float>> tensors) {
+    std::vector<absl::Span<float>> tensors,
+    const std::vector<int64_t>& already_asked) {
   auto end = std::make_shared<TicketState>();
   auto pull = std::make_shared<TicketState>();
   absl::Status bad = CheckTensors("EndStepAndPull", tensors);
@@ -738,11 +893,16 @@ ParameterClient::StepTickets ClientImpl::EndStepAndPull(
   // groups pulled once the end of step is acknowledged (`rest`). With
   // pipeline_step_end, every message asks for its own chunks. The last
   // message, which ends the step, asks for its own chunks and then the
-  // shard's others, up to one message's worth.
+  // shard's others, up to one message's worth. Chunks asked for already
+  // are left out.
   std::vector<std::vector<std::vector<int64_t>>> fused(placement_.num_shards);
   std::vector<std::vector<std::vector<int64_t>>> rest(placement_.num_shards);
+  std::vector<std::vector<bool>> asks(placement_.num_shards);
   int pushes = 0, pulls = 0;
   std::vector<bool> taken(placement_.chunks.size(), false);
+  for (int64_t id : already_asked) {
+    if (id >= 0 && id < static_cast<int64_t>(taken.size())) taken[id] = true;
+  }
   for (int s = 0; s < placement_.num_shards; ++s) {
     std::vector<std::vector<ChunkOut>>& shard_messages = (*messages)[s];
     if (shard_messages.empty()) shard_messages.emplace_back();
@@ -768,86 +928,93 @@ ParameterClient::StepTickets ClientImpl::EndStepAndPull(
       rest[s].assign(std::make_move_iterator(groups.begin() + 1),
                      std::make_move_iterator(groups.end()));
     }
-    for (std::vector<int64_t>& ids : f) std::sort(ids.begin(), ids.end());
+    asks[s].resize(shard_messages.size());
+    for (size_t m = 0; m < shard_messages.size(); ++m) {
+      std::sort(f[m].begin(), f[m].end());
+      // A message with nothing left to ask for asks nothing, but the last
+      // one always asks (for the version only, if need be): its answer
+      // comes once the step has closed and gives the version.
+      asks[s][m] = !f[m].empty() || m + 1 == shard_messages.size();
+      pulls += asks[s][m] ? 1 : 0;
+    }
     pushes += shard_messages.size();
-    pulls += shard_messages.size() + rest[s].size();
+    pulls += rest[s].size();
   }
   end->Add(pushes);
   pull->Add(pulls);
-  const Placement* p = &placement_;
   for (int s = 0; s < placement_.num_shards; ++s) {
     std::vector<std::vector<ChunkOut>>& shard_messages = (*messages)[s];
     for (size_t m = 0; m < shard_messages.size(); ++m) {
       const bool last = m + 1 == shard_messages.size();
-      PushRequest header = PushHeader(s, clock, base_version, last);
-      // (No chunk ids would mean all of them: a message whose chunks an
-      // earlier one already asks for asks for nothing.)
-      const bool ask = last || !fused[s][m].empty();
-      if (ask) {
-        PullRequest* then = header.mutable_then_pull();
-        then->set_clock(next_clock);
-        then->set_min_version(min_version);
-        then->set_dtype(options_.wire_dtype);
-        for (int64_t id : fused[s][m]) then->add_chunk_ids(id);
-      }
-      auto call = NewCall(end, s, kPushMethod);
-      call->encode = [header = std::move(header),
-                      chunks = std::move(shard_messages[m])] {
-        return EncodeWithPayloads(header, kPushChunksField, chunks);
-      };
-      // Whether the response carried the weights (a server that predates
-      // then_pull ignores it and answers a plain push).
-      auto pulled = std::make_shared<std::atomic<bool>>(false);
-      std::atomic<int64_t>* pulled_version = &pulled_version_[s];
-      call->on_response = [p, tensors, end, pull, pulled, pulled_version,
-                           last](const grpc::ByteBuffer& buffer) {
-        PushResponse response;
-        PS_RETURN_IF_ERROR(DecodeWeights(buffer, kPushPulledChunksField,
-                                         &response, *p, tensors));
-        RecordPush(*end, response);
-        if (response.pulled()) {
-          pulled->store(true);
-          absl::MutexLock l(&pull->mu);
-          pull->min_clock =
-              std::min(pull->min_clock, response.pulled_min_clock());
-          // The weights' version is the one the end of step reports: the
-          // earlier messages' answers (ASP/SSP) predate this worker's own
-          // end of step, which would count as one version of staleness.
-          if (last) {
-            pulled_version->store(response.pulled_version());
-            pull->version = std::min(pull->version, response.pulled_version());
-          }
-        }
-        return absl::OkStatus();
-      };
-      // Runs on a gRPC callback thread: the follow-up pulls must not reap
-      // contexts there.
-      call->after = [this, pull, pulled, s, ask, next_clock, min_version,
-                     tensors, ids = fused[s][m],
-                     more =
-                         last ? rest[s] : std::vector<std::vector<int64_t>>()](
-                        const absl::Status& status) {
-        if (!status.ok()) {
-          pull->Complete(status);
-          for (size_t g = 0; g < more.size(); ++g) pull->Complete(status);
-          return;
-        }
-        if (pulled->load() || !ask) {
-          pull->Complete(absl::OkStatus());
-        } else {
-          StartPull(pull, s, ids, next_clock, min_version, tensors, false);
-        }
-        for (const std::vector<int64_t>& group : more) {
-          StartPull(pull, s, group, next_clock, min_version, tensors, false);
-        }
-      };
-      Launch(std::move(call));
+      SendPushAndPull(
+          s, std::move(shard_messages[m]), clock, base_version, true, last,
+          asks[s][m], std::move(fused[s][m]),
+          last ? std::move(rest[s]) : std::vector<std::vector<int64_t>>(),
+          next_clock, min_version, tensors, end, pull);
+    }
+  }
+  return {Ticket(end), Ticket(pull)};
+}
+
+ParameterClient::StepTickets ClientImpl::PushTensorsAndPull(
+    std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
+    int64_t next_clock, int64_t min_version,
+    std::vector<absl::Span<float>> tensors) {
+  auto end = std::make_shared<TicketState>();
+  auto pull = std::make_shared<TicketState>();
+  absl::Status bad = CheckTensors("PushTensorsAndPull", tensors);
+  absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>> messages =
+      Split("PushTensorsAndPull", grads);
+  if (bad.ok() && !messages.ok()) bad = messages.status();
+  if (!bad.ok()) {
+    end->status = bad;
+    pull->status = bad;
+    return {Ticket(end), Ticket(pull)};
+  }
+  int total = 0;
+  for (const auto& m : *messages) total += m.size();
+  end->Add(total);
+  pull->Add(total);
+  for (int s = 0; s < placement_.num_shards; ++s) {
+    for (std::vector<ChunkOut>& m : (*messages)[s]) {
+      std::vector<int64_t> ids;
+      for (const ChunkOut& c : m) ids.push_back(c.chunk_id);
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      SendPushAndPull(s, std::move(m), clock, base_version, false, false, true,
+                      std::move(ids), {}, next_clock, min_version, tensors, end,
+                      pull);
     }
   }
   return {Ticket(end), Ticket(pull)};
 }
 
 }  // namespace
+
+std::vector<int64_t> ChunkBoundaries(const Placement& placement,
+                                     int tensor_index) {
+  std::vector<int64_t> out;
+  for (const Chunk& c : placement.chunks) {
+    if (c.tensor_index == tensor_index && c.offset > 0) {
+      out.push_back(c.offset);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int64_t> ChunksOverlapping(const Placement& placement,
+                                       int tensor_index, int64_t begin,
+                                       int64_t end) {
+  std::vector<int64_t> out;
+  for (const Chunk& c : placement.chunks) {
+    if (c.tensor_index == tensor_index && c.offset < end &&
+        c.offset + c.num_elements > begin) {
+      out.push_back(c.chunk_id);
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<std::unique_ptr<ParameterClient>> ParameterClient::Create(
     const ParameterClientOptions& options, const std::string& job_id,

@@ -67,18 +67,36 @@ struct ParameterClientOptions {
   // at max_request_bytes and the message that ends the step asks for all;
   // tools/train_bench measured the split as slower there.
   bool pipeline_step_end = true;
+  // Pushes say that they complete their chunks' gradients for the step
+  // (PushRequest.chunks_final), which lets a BSP shard apply each chunk as
+  // soon as every worker has pushed it. Callers that push a chunk more than
+  // once per step (partial sums) must turn it off.
+  bool chunks_final = true;
 };
 
 namespace internal {
 struct TicketState;
 }
 
-// One tensor's whole gradient: placement.tensor_elements[tensor_index]
-// floats.
+// One tensor's gradient: all of it (placement.tensor_elements[tensor_index]
+// floats), or with `offset` the elements [offset, offset + grad.size()),
+// which must be whole chunks (start at a chunk's start, end at a chunk's
+// end: ChunkBoundaries).
 struct TensorGrad {
   int tensor_index = 0;
   absl::Span<const float> grad;
+  int64_t offset = 0;
 };
+
+// The element offsets inside tensor `tensor_index` where its chunks after
+// the first start (ascending; empty for a one-chunk tensor).
+std::vector<int64_t> ChunkBoundaries(const Placement& placement,
+                                     int tensor_index);
+// The ids of tensor `tensor_index`'s chunks that hold any of the elements
+// [begin, end).
+std::vector<int64_t> ChunksOverlapping(const Placement& placement,
+                                       int tensor_index, int64_t begin,
+                                       int64_t end);
 
 // The outcome of one asynchronous operation (possibly many RPCs).
 class Ticket {
@@ -97,6 +115,16 @@ class Ticket {
   int64_t version() const;
   // Once done: the slowest worker's clock the shards reported (pulls).
   int64_t min_clock() const;
+  // Whether version() is one the servers reported (false: no answer that
+  // carries a version, e.g. a push-and-pull whose messages asked nothing).
+  bool has_version() const;
+  // Pulls: waits up to `timeout` until the chunks `ids` have been written
+  // into the caller's tensors (a pull's parts arrive one by one). OK once
+  // they are; the operation's error if it ended without them;
+  // DEADLINE_EXCEEDED if they are still on the way.
+  absl::Status WaitForChunks(absl::Span<const int64_t> ids,
+                             absl::Duration timeout) const;
+
   // Once done (pushes): messages the servers had already applied (retries)
   // and messages dropped as late by BSP backup-worker logic.
   int64_t duplicates() const;
@@ -164,11 +192,28 @@ class ParameterClient {
   // closed). `pull` completes like PullAll's ticket (the pulled version and
   // min clock). When the end of step fails, so does the pull; a retried
   // end of step is not applied twice and pulls again.
+  // `already_asked`: chunks whose weights earlier PushTensorsAndPull calls
+  // of the step ask back; they are not asked for again (and a shard left
+  // with nothing to ask for gets its end of step without a pull).
   struct StepTickets {
     Ticket end;
     Ticket pull;
   };
   virtual StepTickets EndStepAndPull(
+      std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
+      int64_t next_clock, int64_t min_version,
+      std::vector<absl::Span<float>> tensors,
+      const std::vector<int64_t>& already_asked = {}) = 0;
+
+  // PushTensors whose messages each ask back the weights of their own
+  // chunks for next_clock (waiting as PullAll(next_clock, min_version)
+  // would: under BSP until each chunk is applied, which a shard does as
+  // soon as every worker has pushed it), into `tensors`. For a worker that
+  // sends each layer as backward produces it and no longer reads that
+  // layer's weights: they come back while it computes the others. `end`
+  // covers the pushes, `pull` the weights (Ticket::WaitForChunks: as they
+  // arrive; its version: the lowest the answers reported).
+  virtual StepTickets PushTensorsAndPull(
       std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
       int64_t next_clock, int64_t min_version,
       std::vector<absl::Span<float>> tensors) = 0;

@@ -299,6 +299,71 @@ TEST(ParameterClient, CancelInFlightEndsWaitingAndRetryingCalls) {
   EXPECT_EQ(pull.Wait(kWait).code(), absl::StatusCode::kCancelled);
 }
 
+// BSP: parts of a tensor pushed with PushTensorsAndPull come back as soon
+// as every worker has pushed them (before the step closes), chunk by
+// chunk; the end of step asks only for the rest.
+TEST(ParameterClient, PushTensorsAndPullBringsPartsBeforeTheStepCloses) {
+  Cluster cluster(2, Spec(ConsistencySpec::BSP));
+  const Placement& p = cluster.placement();
+  EXPECT_EQ(
+      ChunkBoundaries(p, 0),
+      (std::vector<int64_t>{100, 200, 300, 400, 500, 600, 700, 800, 900}));
+  EXPECT_TRUE(ChunkBoundaries(p, 1).empty());
+  const std::vector<int64_t> first = ChunksOverlapping(p, 0, 0, 500);
+  const std::vector<int64_t> second = ChunksOverlapping(p, 0, 500, 1000);
+  EXPECT_EQ(first, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(ChunksOverlapping(p, 0, 450, 501), (std::vector<int64_t>{4, 5}));
+  auto w1 = cluster.Client(1);
+  auto w2 = cluster.Client(2);
+  const std::vector<float> g1(1000, 1.0f), g1b(30, 1.0f);
+  const std::vector<float> g2(1000, 3.0f), g2b(30, 3.0f);
+  Weights weights1, weights2;
+  weights1.w.assign(1000, -7.0f);
+  weights2.w.assign(1000, -7.0f);
+  const absl::Span<const float> g1_head = absl::MakeConstSpan(g1).first(500);
+  const absl::Span<const float> g2_head = absl::MakeConstSpan(g2).first(500);
+  ParameterClient::StepTickets part1 =
+      w1->PushTensorsAndPull({{0, g1_head}}, 0, 0, 1, 1, weights1.spans());
+  EXPECT_EQ(part1.pull.WaitForChunks(first, absl::Milliseconds(100)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ParameterClient::StepTickets part2 =
+      w2->PushTensorsAndPull({{0, g2_head}}, 0, 0, 1, 1, weights2.spans());
+  for (const auto* t : {&part1, &part2}) {
+    ASSERT_TRUE(t->pull.WaitForChunks(first, kWait).ok());
+    ASSERT_TRUE(t->pull.Wait(kWait).ok());
+    EXPECT_EQ(t->pull.version(), 1);
+  }
+  for (Weights* w : {&weights1, &weights2}) {
+    for (int i = 0; i < 500; ++i) ASSERT_EQ(w->w[i], 0.0f) << i;
+    for (int i = 500; i < 1000; ++i) ASSERT_EQ(w->w[i], -7.0f) << i;
+  }
+  // The rest with the end of step; the first part is not asked again.
+  weights1.w.assign(1000, -7.0f);
+  ParameterClient::StepTickets end1 = w1->EndStepAndPull(
+      {{0, absl::MakeConstSpan(g1).subspan(500), 500}, {1, g1b}}, 0, 0, 1, 1,
+      weights1.spans(), first);
+  EXPECT_EQ(end1.pull.WaitForChunks(second, absl::Milliseconds(100)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ParameterClient::StepTickets end2 = w2->EndStepAndPull(
+      {{0, absl::MakeConstSpan(g2).subspan(500), 500}, {1, g2b}}, 0, 0, 1, 1,
+      weights2.spans(), first);
+  for (const auto* t : {&end1, &end2}) {
+    ASSERT_TRUE(t->end.Wait(kWait).ok()) << t->end.Wait(kWait);
+    ASSERT_TRUE(t->pull.Wait(kWait).ok()) << t->pull.Wait(kWait);
+    EXPECT_EQ(t->pull.version(), 1);
+  }
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(weights1.w[i], -7.0f) << i;
+  for (int i = 500; i < 1000; ++i) ASSERT_EQ(weights1.w[i], 0.0f) << i;
+  for (float x : weights1.b) ASSERT_EQ(x, 0.0f);
+  // Parts must be whole chunks.
+  EXPECT_EQ(w1->PushTensorsAndPull(
+                  {{0, absl::MakeConstSpan(g1).subspan(50, 100), 50}}, 1, 1, 2,
+                  2, weights1.spans())
+                .end.Wait(kWait)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ParameterClient, RejectsMismatchedArguments) {
   Cluster cluster(1, Spec(ConsistencySpec::ASP));
   auto client = cluster.Client(1);

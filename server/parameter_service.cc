@@ -153,7 +153,8 @@ class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
   absl::StatusOr<PullResult> PullChunks(const PullRequest& request, DType dtype,
                                         absl::Time deadline,
                                         std::vector<ChunkOut>* chunks,
-                                        uint64_t after_seq = 0);
+                                        uint64_t after_seq = 0,
+                                        bool whole_step = false);
   // Runs `run` (a pull that fills the response) at once if it need not wait,
   // else on the pull pool with `deadline`; then finishes the call.
   void FinishWithPull(std::function<absl::Status(absl::Time deadline)> run,
@@ -188,9 +189,11 @@ absl::StatusOr<DType> PullDType(const PullRequest& request) {
 
 absl::StatusOr<PullResult> ServiceImpl::PullChunks(
     const PullRequest& request, DType dtype, absl::Time deadline,
-    std::vector<ChunkOut>* chunks, uint64_t after_seq) {
+    std::vector<ChunkOut>* chunks, uint64_t after_seq, bool whole_step) {
   PullArgs args;
   args.after_seq = after_seq;
+  args.whole_step = whole_step;
+  args.version_only = request.version_only();
   args.job_id = request.job_id();
   args.worker_id = request.worker_id();
   args.clock = request.clock();
@@ -292,6 +295,7 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
     args.clock = call->header.clock();
     args.base_version = call->header.base_version();
     args.end_of_step = call->header.end_of_step();
+    args.chunks_final = call->header.chunks_final();
     args.chunks = std::move(call->chunks);
     absl::StatusOr<PushResult> r = store_->Push(args, deadline);
     call->slices.clear();
@@ -315,9 +319,9 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
           // The answer must include this step's earlier pushes, which
           // other streams may still be delivering.
           PS_ASSIGN_OR_RETURN(
-              PullResult p,
-              PullChunks(call->header.then_pull(), pull_dtype, wait_until,
-                         &chunks, call->header.seq()));
+              PullResult p, PullChunks(call->header.then_pull(), pull_dtype,
+                                       wait_until, &chunks, call->header.seq(),
+                                       call->header.end_of_step()));
           out->set_pulled(true);
           out->set_pulled_version(p.version);
           out->set_pulled_min_clock(p.min_clock);

@@ -83,6 +83,7 @@ struct WorkerState {
 struct StagedGrad {
   int64_t step = -1;
   std::vector<float> grad;
+  bool final = false;  // pushed with chunks_final
 };
 
 struct ChunkState {
@@ -96,6 +97,14 @@ struct ChunkState {
   OptimizerSlots slots ABSL_GUARDED_BY(mu);
   // BSP: each worker's gradient of the open step, merged when it closes.
   absl::flat_hash_map<int64_t, StagedGrad> staged ABSL_GUARDED_BY(mu);
+  // BSP: the step whose update was applied before the step closed (every
+  // worker's gradient complete); -1: none. Until it closes, `spare` holds
+  // the weights before the update and `pre_slots` the optimizer state, for
+  // checkpoints of the open step.
+  int64_t early_step ABSL_GUARDED_BY(mu) = -1;
+  OptimizerSlots pre_slots ABSL_GUARDED_BY(mu);
+  // BSP: the last step whose update this chunk has (early or at the close).
+  int64_t applied_step ABSL_GUARDED_BY(mu) = -1;
 };
 
 // One optimizer step on a chunk, written into the spare buffer, then
@@ -156,6 +165,11 @@ struct Job {
   absl::Mutex mu;
   int64_t version ABSL_GUARDED_BY(mu) = 0;
   bool closing ABSL_GUARDED_BY(mu) = false;
+  // BSP, by local chunk index: the step each chunk was last applied for
+  // before its step closed (ChunkState::early_step, here for waiting
+  // pulls); early_step: the last step with such a chunk.
+  std::vector<int64_t> early_applied ABSL_GUARDED_BY(mu);
+  int64_t early_step ABSL_GUARDED_BY(mu) = -1;
   std::set<int64_t> completed ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<int64_t, WorkerState> workers ABSL_GUARDED_BY(mu);
   int64_t membership_epoch ABSL_GUARDED_BY(mu) = 0;
@@ -190,6 +204,11 @@ struct Job {
     auto it = workers.find(worker_id);
     return it == workers.end() || !it->second.active ||
            it->second.seq.contiguous >= seq;
+  }
+  // BSP: the version chunk `local` is at (one ahead of the job's when it
+  // was applied before the open step closed).
+  int64_t ChunkVersion(int local) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return early_applied[local] == version ? version + 1 : version;
   }
   int NumActive() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     int n = 0;
@@ -372,6 +391,11 @@ class ShardStoreImpl final : public ShardStore {
   static bool TakeStepIfReady(Job& job, std::vector<int64_t>* workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
   void ApplyStep(Job& job, int64_t step, const std::vector<int64_t>& workers);
+  // BSP: applies `chunk`'s update of `step` now if every worker of
+  // `active` has staged its complete (final) gradient of it; true if so.
+  static bool ApplyIfComplete(const Job& job, ChunkState& chunk, int64_t step,
+                              const std::vector<int64_t>& active, float lr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   void SetMembers(Job& job, const std::vector<int64_t>& ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
   absl::StatusOr<CheckpointResponse> WriteJobCheckpoint(Job& job);
@@ -510,6 +534,10 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
                                        absl::MakeSpan(*state->weights)));
     job->optimizer->InitSlots(c.num_elements, &state->slots);
     job->chunks.push_back(std::move(state));
+  }
+  {
+    absl::MutexLock jl(&job->mu);
+    job->early_applied.assign(job->chunks.size(), -1);
   }
   bool restored = false;
   if (request.restore()) {
@@ -765,6 +793,12 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
     apply_pool_.ParallelFor(job.chunks.size(), [&](int64_t i) {
       ChunkState* chunk = job.chunks[i].get();
       absl::MutexLock cl(&chunk->mu);
+      if (chunk->early_step == step) {
+        // Applied when its gradients were complete; what is staged now came
+        // later (a worker that joined) and is dropped with the step.
+        for (auto& [w, staged] : chunk->staged) staged.step = -1;
+        return;
+      }
       std::vector<float>* sum = nullptr;
       for (int64_t w : workers) {
         auto it = chunk->staged.find(w);
@@ -778,6 +812,7 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
       if (sum != nullptr) {
         UpdateChunk(*job.optimizer, lr, scale, *sum, *chunk);
       }
+      chunk->applied_step = step;
       // Late workers' partial gradients of this step are dropped with it.
       for (auto& [w, staged] : chunk->staged) staged.step = -1;
     });
@@ -794,21 +829,50 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
       absl::MutexLock wl(&work_mu_);
       snapshots_waiting_ = true;
     }
-  }
-  absl::MutexLock jl(&job.mu);
-  job.version = step + 1;
-  job.closing = false;
-  for (int64_t w : workers) {
-    auto it = job.workers.find(w);
-    if (it != job.workers.end()) {
-      it->second.clock = std::max(it->second.clock, step + 1);
+    // Still under apply_mu, so that a checkpoint never sees the new weights
+    // with the old version.
+    absl::MutexLock jl(&job.mu);
+    job.version = step + 1;
+    job.closing = false;
+    for (int64_t w : workers) {
+      auto it = job.workers.find(w);
+      if (it != job.workers.end()) {
+        it->second.clock = std::max(it->second.clock, step + 1);
+      }
     }
+    if (job.metrics.version != nullptr) job.metrics.version->Set(job.version);
   }
-  if (job.metrics.version != nullptr) job.metrics.version->Set(job.version);
   if (job.metrics.apply_seconds != nullptr) {
     job.metrics.apply_seconds->Observe(
         absl::ToDoubleSeconds(absl::Now() - start));
   }
+}
+
+bool ShardStoreImpl::ApplyIfComplete(const Job& job, ChunkState& chunk,
+                                     int64_t step,
+                                     const std::vector<int64_t>& active,
+                                     float lr) {
+  if (active.empty() || chunk.applied_step >= step) return false;
+  for (int64_t w : active) {
+    auto it = chunk.staged.find(w);
+    if (it == chunk.staged.end() || it->second.step != step ||
+        !it->second.final) {
+      return false;
+    }
+  }
+  std::vector<float>& sum = chunk.staged[active[0]].grad;
+  for (size_t k = 1; k < active.size(); ++k) {
+    const std::vector<float>& g = chunk.staged[active[k]].grad;
+    AddLoop(sum.size(), g.data(), sum.data());
+  }
+  // Kept for a checkpoint of the open step: the weights stay in `spare`.
+  chunk.pre_slots = chunk.slots;
+  UpdateChunk(*job.optimizer, lr, 1.0f / static_cast<float>(active.size()), sum,
+              chunk);
+  for (auto& [w, staged] : chunk.staged) staged.step = -1;
+  chunk.early_step = step;
+  chunk.applied_step = step;
+  return true;
 }
 
 absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
@@ -852,6 +916,10 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
   PushResult result;
   float lr = 0;
   int64_t staleness = 0;
+  // BSP: apply each chunk as soon as every active worker's gradient of it
+  // is complete (the header comment), over these workers.
+  bool early = false;
+  std::vector<int64_t> active;
   {
     absl::MutexLock jl(&job->mu);
     auto it = job->workers.find(args.worker_id);
@@ -869,6 +937,16 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
         job->metrics.duplicate->Increment();
       result.duplicate = true;
       return result;
+    }
+    if (bsp && job->early_step == job->version &&
+        (args.clock == job->version + 1 ||
+         args.base_version == job->version + 1)) {
+      // The worker has all of the step's weights (applied as they
+      // completed) before the step closed here: a moment's wait. Not
+      // counted, and the sequence number stays unused for the retry.
+      return absl::UnavailableError(
+          absl::StrCat("push for step ", args.clock, ": step ", job->version,
+                       " is still closing on this shard; retry"));
     }
     if (args.base_version > job->version) {
       w.seq.Finish(args.seq);
@@ -889,6 +967,14 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
                          " is from the future: the shard is "
                          "aggregating step ",
                          job->version));
+      }
+      if (args.chunks_final && !job->closing && args.clock == job->version &&
+          job->spec.consistency().backup_workers() == 0) {
+        early = true;
+        lr = job->optimizer->LearningRate(job->version);
+        for (const auto& [id, worker] : job->workers) {
+          if (worker.active) active.push_back(id);
+        }
       }
       if (args.clock < job->version ||
           (job->closing && args.clock == job->version)) {
@@ -923,6 +1009,8 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
 
   const absl::Time start = absl::Now();
   int64_t bytes = 0;
+  std::vector<int> applied_early;  // local chunk indices
+  int64_t early_dropped = 0;
   {
     absl::ReaderMutexLock al(&job->apply_mu);
     // Scratch for split payloads: one chunk at a time, so it stays in cache
@@ -936,15 +1024,25 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
         Gather(c.segments, reinterpret_cast<char*>(scratch.data()));
         grads[i] = scratch;
       }
-      ChunkState& chunk = *job->chunks[job->local_index[c.chunk_id]];
+      const int local = job->local_index[c.chunk_id];
+      ChunkState& chunk = *job->chunks[local];
       absl::MutexLock cl(&chunk.mu);
       if (bsp) {
+        if (chunk.early_step == args.clock) {
+          // Applied already for this step: a gradient too late for it.
+          ++early_dropped;
+          continue;
+        }
         StagedGrad& st = chunk.staged[args.worker_id];
         if (st.step != args.clock) {
           st.step = args.clock;
           st.grad.assign(grads[i].begin(), grads[i].end());
         } else {
           AddLoop(grads[i].size(), grads[i].data(), st.grad.data());
+        }
+        st.final = args.chunks_final;
+        if (early && ApplyIfComplete(*job, chunk, args.clock, active, lr)) {
+          applied_early.push_back(local);
         }
       } else {
         UpdateChunk(*job->optimizer, lr, 1.0f, grads[i], chunk);
@@ -963,9 +1061,21 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
     }
   }
 
+  if (early_dropped > 0) {
+    job->dropped.fetch_add(early_dropped, std::memory_order_relaxed);
+    if (job->metrics.dropped != nullptr) {
+      job->metrics.dropped->Increment(static_cast<double>(early_dropped));
+    }
+  }
+
   std::vector<int64_t> take;
   {
     absl::MutexLock jl(&job->mu);
+    // Wakes the pulls waiting for these chunks.
+    for (int local : applied_early) {
+      job->early_applied[local] = args.clock;
+      job->early_step = args.clock;
+    }
     WorkerState& w = job->workers[args.worker_id];
     w.seq.Finish(args.seq);
     if (args.end_of_step) {
@@ -1037,9 +1147,29 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
     }
     std::function<bool()> ready;
     if (model == ConsistencySpec::BSP) {
+      // Each chunk at min_version: chunks applied as they completed are
+      // one version ahead of the open step.
       ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu) {
-        return job->torn_down || job->shutting_down ||
-               job->version >= args.min_version;
+        if (job->torn_down || job->shutting_down ||
+            job->version >= args.min_version) {
+          return true;
+        }
+        if (args.whole_step || job->early_step != job->version ||
+            job->version + 1 < args.min_version) {
+          return false;
+        }
+        if (args.chunk_ids.empty()) {
+          for (size_t local = 0; local < job->chunks.size(); ++local) {
+            if (job->early_applied[local] != job->version) return false;
+          }
+          return true;
+        }
+        for (int64_t id : args.chunk_ids) {
+          if (job->early_applied[job->local_index[id]] != job->version) {
+            return false;
+          }
+        }
+        return true;
       };
     } else if (model == ConsistencySpec::SSP) {
       const int64_t bound = args.clock - job->spec.consistency().staleness();
@@ -1097,14 +1227,31 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
     absl::ReaderMutexLock al(&job->apply_mu);
     {
       absl::MutexLock jl(&job->mu);
+      // The lowest of the pulled chunks' versions.
       result.version = job->version;
+      if (job->model() == ConsistencySpec::BSP && !args.whole_step &&
+          job->early_step == job->version) {
+        int64_t v = job->version + 1;
+        if (args.chunk_ids.empty()) {
+          for (size_t local = 0; local < job->chunks.size(); ++local) {
+            v = std::min(v, job->ChunkVersion(static_cast<int>(local)));
+          }
+        } else {
+          for (int64_t id : args.chunk_ids) {
+            v = std::min(v, job->ChunkVersion(job->local_index[id]));
+          }
+        }
+        result.version = v;
+      }
     }
     auto emit = [&](ChunkState& chunk) {
       absl::MutexLock cl(&chunk.mu);
       sink(chunk.chunk, *chunk.weights, chunk.weights);
       bytes += chunk.weights->size() * sizeof(float);
     };
-    if (args.chunk_ids.empty()) {
+    if (args.version_only) {
+      // The version only.
+    } else if (args.chunk_ids.empty()) {
       for (auto& chunk : job->chunks) emit(*chunk);
     } else {
       for (int64_t id : args.chunk_ids)
@@ -1166,10 +1313,14 @@ CheckpointData ShardStoreImpl::Snapshot(Job& job, int64_t version) {
     CheckpointRange r;
     r.tensor_name = job.tensors[chunk->chunk.tensor_index].name();
     r.offset = chunk->chunk.offset;
-    r.weights = *chunk->weights;
-    r.slot1 = chunk->slots.slot1;
-    r.slot2 = chunk->slots.slot2;
-    r.steps = chunk->slots.steps;
+    // A chunk applied ahead of its step's close is recorded as it was
+    // before, so that the checkpoint holds `version` throughout.
+    const bool ahead = chunk->early_step == version;
+    const OptimizerSlots& slots = ahead ? chunk->pre_slots : chunk->slots;
+    r.weights = ahead ? *chunk->spare : *chunk->weights;
+    r.slot1 = slots.slot1;
+    r.slot2 = slots.slot2;
+    r.steps = slots.steps;
     data.ranges.push_back(std::move(r));
   }
   return data;

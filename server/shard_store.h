@@ -10,6 +10,21 @@
 // completed worker steps (pushes with end_of_step), so the staleness of a
 // push is version - base_version in worker steps.
 //
+// BSP chunks applied as they complete. A push with chunks_final says that
+// the worker's gradients of those chunks for the step are complete. Once
+// every active worker has pushed a chunk that way (and the job has no
+// backup workers), the shard applies that chunk's update at once instead
+// of when the step closes, and pulls of it (waiting for min_version = the
+// next step) are answered: a worker gets the first layers' new weights
+// while it still computes the others' gradients. The chunk is then "at"
+// version + 1 while the step is open; the step still closes (version + 1)
+// when every worker has ended it. Meanwhile a push of the next step is
+// refused with UNAVAILABLE (retried by the client), and a checkpoint records
+// such chunks as they were before the update, so it holds one version. A
+// chunk pushed again in a step after it was applied is counted as dropped.
+// A worker that leaves in the middle of a step keeps its share of the
+// chunks applied before it left.
+//
 // Thread safety: every method is thread-safe. A job has one small mutex for
 // its bookkeeping (members, clocks, sequence numbers) and one per chunk for
 // the data; pushes to different chunks apply in parallel. Locks are never held
@@ -17,7 +32,8 @@
 //
 // Errors: NOT_FOUND (unknown job), INVALID_ARGUMENT (unknown or foreign
 // chunk, wrong length, dtype, NaN/Inf, seq 0), OUT_OF_RANGE (clock or base
-// version from the future), FAILED_PRECONDITION (worker not an active member
+// version from the future; UNAVAILABLE for the next step's push while the
+// step closes), FAILED_PRECONDITION (worker not an active member
 // of the job), ABORTED (ASP push staler than max_staleness),
 // DEADLINE_EXCEEDED (a pull or step barrier still waiting at the deadline),
 // ALREADY_EXISTS (SetupJob of a job set up with a different spec). A push
@@ -80,6 +96,9 @@ struct PushArgs {
   int64_t clock = 0;
   int64_t base_version = 0;
   bool end_of_step = false;
+  // BSP: these chunks' gradients of the step are complete from this worker
+  // (see "BSP chunks applied as they complete" above).
+  bool chunks_final = false;
   std::vector<PushChunk> chunks;
 };
 
@@ -99,6 +118,13 @@ struct PullArgs {
   // have all landed (the pull that answers an end of step must see the
   // step's earlier pushes, which may still be in flight on other streams).
   uint64_t after_seq = 0;
+  // BSP: wait for the step itself to close (the job's version), not for the
+  // chunks only (see "BSP chunks applied as they complete"): the answer to
+  // an end of step, after which the worker's next pushes must find the
+  // step closed.
+  bool whole_step = false;
+  // Hand no chunks to the sink (the version only).
+  bool version_only = false;
 };
 
 struct PullResult {

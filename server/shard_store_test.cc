@@ -100,6 +100,18 @@ struct PushBuilder {
   PushArgs args;
 };
 
+PushArgs PushHeader(int64_t worker, uint64_t seq, int64_t clock,
+                    int64_t base_version, bool end_of_step) {
+  PushArgs args;
+  args.job_id = "job1";
+  args.worker_id = worker;
+  args.seq = seq;
+  args.clock = clock;
+  args.base_version = base_version;
+  args.end_of_step = end_of_step;
+  return args;
+}
+
 absl::StatusOr<PushResult> PushValue(ShardStore& store, int64_t worker,
                                      uint64_t seq, int64_t clock, float value,
                                      bool end_of_step, int64_t base = -1,
@@ -107,13 +119,8 @@ absl::StatusOr<PushResult> PushValue(ShardStore& store, int64_t worker,
   auto placement = store.GetPlacement("job1");
   if (!placement.ok()) return placement.status();
   std::vector<std::vector<float>> buffers;
-  PushArgs args;
-  args.job_id = "job1";
-  args.worker_id = worker;
-  args.seq = seq;
-  args.clock = clock;
-  args.base_version = base < 0 ? 0 : base;
-  args.end_of_step = end_of_step;
+  PushArgs args =
+      PushHeader(worker, seq, clock, base < 0 ? 0 : base, end_of_step);
   for (const Chunk& c : (*placement)->chunks) {
     buffers.emplace_back(c.num_elements, value);
   }
@@ -738,6 +745,149 @@ std::vector<float> Gather(std::vector<std::unique_ptr<ShardStore>>& stores) {
             .ok());
   }
   return all;
+}
+
+// A push of `value` to the chunks `ids` only.
+absl::StatusOr<PushResult> PushChunks(ShardStore& store, int64_t worker,
+                                      uint64_t seq, int64_t clock, float value,
+                                      const std::vector<int64_t>& ids,
+                                      bool final, bool end_of_step = false) {
+  auto placement = store.GetPlacement("job1");
+  if (!placement.ok()) return placement.status();
+  std::vector<std::vector<float>> buffers;
+  PushArgs args = PushHeader(worker, seq, clock, clock, end_of_step);
+  args.chunks_final = final;
+  buffers.reserve(ids.size());
+  for (int64_t id : ids) {
+    const Chunk& c = (*placement)->chunks[id];
+    buffers.emplace_back(c.num_elements, value);
+    args.chunks.push_back(Contiguous(
+        id, FLOAT32, c.num_elements,
+        absl::string_view(reinterpret_cast<const char*>(buffers.back().data()),
+                          c.num_elements * sizeof(float))));
+  }
+  return store.Push(args, Far());
+}
+
+// Chunks `ids` at min_version, waiting until `deadline`; their weights in
+// `out` (chunk order).
+absl::StatusOr<PullResult> PullChunks(ShardStore& store,
+                                      const std::vector<int64_t>& ids,
+                                      int64_t min_version, absl::Time deadline,
+                                      std::vector<float>* out = nullptr) {
+  PullArgs args;
+  args.job_id = "job1";
+  args.worker_id = 1;
+  args.clock = min_version;
+  args.min_version = min_version;
+  args.chunk_ids = ids;
+  return store.Pull(
+      args, deadline,
+      [&](const Chunk&, absl::Span<const float> w, const WeightsRef&) {
+        if (out != nullptr) out->insert(out->end(), w.begin(), w.end());
+      });
+}
+
+// BSP chunks pushed with chunks_final by every worker are applied at once,
+// and pulls of them for the next step are answered before the step closes;
+// the step still closes once, with each chunk applied once.
+TEST(ShardStore, BspAppliesAChunkAsSoonAsEveryWorkerHasPushedIt) {
+  FakeClock clock;
+  auto store = NewStore(&clock);
+  ASSERT_TRUE(
+      store->SetupJob(JobSetup(MakeSpec(ConsistencySpec::BSP), {1, 2})).ok());
+  // Chunks: "a" (40 floats) is 0, 1, 2; "b" (24) is 3, 4.
+  ASSERT_TRUE(PushChunks(*store, 1, 1, 0, 1.0f, {0, 3}, true).ok());
+  EXPECT_EQ(PullChunks(*store, {0}, 1, absl::Now()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(PushChunks(*store, 2, 1, 0, 3.0f, {0, 3}, true).ok());
+  std::vector<float> got;
+  auto early = PullChunks(*store, {0, 3}, 1, absl::Now(), &got);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(early->version, 1);
+  ExpectAll(got, 1.0f - 2.0f);
+  EXPECT_EQ(Version(*store), 0);  // the step is still open
+  // The others wait for the step; so does a pull of all chunks.
+  EXPECT_EQ(PullChunks(*store, {0, 1}, 1, absl::Now()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(PullChunks(*store, {}, 1, absl::Now()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // Worker 1 already has chunk 0's next weights; its next step's pushes are
+  // told to come back once the step has closed here.
+  auto too_soon = PushChunks(*store, 1, 3, 1, 1.0f, {0}, true);
+  EXPECT_EQ(too_soon.status().code(), absl::StatusCode::kUnavailable);
+  // A chunk pushed again in the step after it was applied is dropped.
+  ASSERT_TRUE(
+      PushChunks(*store, 1, 2, 0, 100.0f, {0, 1, 2, 4}, true, true).ok());
+  auto status = store->GetShardStatus("job1");
+  EXPECT_EQ(status->dropped_pushes(), 1);
+  ASSERT_TRUE(PushChunks(*store, 2, 2, 0, 3.0f, {1, 2, 4}, true, true).ok());
+  EXPECT_EQ(Version(*store), 1);
+  // Chunks 0 and 3 carry the first gradients (mean 2), the others the
+  // mean of 100 and 3.
+  for (int64_t id : {0, 1, 2, 3, 4}) {
+    std::vector<float> w;
+    ASSERT_TRUE(PullChunks(*store, {id}, 1, Far(), &w).ok());
+    for (float v : w) {
+      ASSERT_NEAR(v, id == 0 || id == 3 ? -1.0f : 1.0f - 51.5f, 1e-5) << id;
+    }
+  }
+  // The retried next-step push applies now (its sequence number was not
+  // used up).
+  ASSERT_TRUE(PushChunks(*store, 1, 3, 1, 1.0f, {0}, true).ok());
+}
+
+// Without chunks_final (a chunk may still get more of the step's gradient),
+// or with backup workers (which workers count is known at the close only),
+// nothing is applied before the step closes.
+TEST(ShardStore, BspAppliesEarlyOnlyWithFinalPushesAndNoBackupWorkers) {
+  for (bool backup : {false, true}) {
+    FakeClock clock;
+    auto store = NewStore(&clock);
+    JobSpec spec = MakeSpec(ConsistencySpec::BSP);
+    spec.set_num_workers(2);
+    if (backup) spec.mutable_consistency()->set_backup_workers(1);
+    ASSERT_TRUE(store->SetupJob(JobSetup(spec, {1, 2})).ok());
+    for (int64_t w : {1, 2}) {
+      ASSERT_TRUE(PushChunks(*store, w, 1, 0, 1.0f, {0}, backup).ok());
+    }
+    EXPECT_EQ(PullChunks(*store, {0}, 1, absl::Now()).status().code(),
+              absl::StatusCode::kDeadlineExceeded)
+        << backup;
+  }
+}
+
+// A checkpoint taken while some chunks are applied ahead of the open step
+// holds every chunk at the step's version, optimizer state included.
+TEST(ShardStore, CheckpointOfAnOpenStepHoldsItsVersionThroughout) {
+  FakeClock clock;
+  const std::string dir = TempDir("open_step");
+  JobSpec spec = MakeSpec(ConsistencySpec::BSP);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::MOMENTUM);
+  spec.mutable_optimizer()->set_momentum(0.5f);
+  auto store = NewStore(&clock, dir);
+  ASSERT_TRUE(store->SetupJob(JobSetup(spec, {1})).ok());
+  const std::vector<int64_t> all = {0, 1, 2, 3, 4};
+  ASSERT_TRUE(PushChunks(*store, 1, 1, 0, 1.0f, all, true, true).ok());
+  const std::vector<float> at_one = Weights(*store);
+  // Step 1: chunks 0 and 3 applied early (one worker), then a checkpoint.
+  ASSERT_TRUE(PushChunks(*store, 1, 2, 1, 1.0f, {0, 3}, true).ok());
+  ASSERT_TRUE(PullChunks(*store, {0, 3}, 2, absl::Now()).ok());
+  auto ck = store->Checkpoint("job1");
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  EXPECT_EQ(ck->version(), 1);
+  auto restored = NewStore(&clock, dir);
+  SetupJobRequest r = JobSetup(spec, {1});
+  r.set_restore(true);
+  auto resp = restored->SetupJob(r);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->version(), 1);
+  EXPECT_EQ(Weights(*restored), at_one);
+  // Both finish step 1 the same way: the momentum restored is step 1's.
+  ASSERT_TRUE(PushChunks(*store, 1, 3, 1, 1.0f, {1, 2, 4}, true, true).ok());
+  ASSERT_TRUE(PushChunks(*restored, 1, 1, 1, 1.0f, all, true, true).ok());
+  EXPECT_EQ(Weights(*restored), Weights(*store));
+  EXPECT_EQ(Version(*restored), 2);
 }
 
 TEST(ShardStore, CheckpointOnTwoShardsRestoresOntoThree) {

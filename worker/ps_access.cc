@@ -1,7 +1,9 @@
 #include "worker/ps_access.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -17,8 +19,11 @@ namespace {
 // the pending ones reach kFlushBytes (so a small bias or output layer rides
 // with the next tensor's message), and under BSP whatever is pending at the
 // end of the step travels in the end-of-step message itself, whose answer
-// brings the next step's weights. Not thread-safe (one training loop calls
-// it).
+// brings the next step's weights. With PullWithPushes (BSP, ASP), every
+// message sent during the step also asks back its own chunks' next weights,
+// which the shards send once they are applied (BSP: as soon as every
+// worker's gradient of them is in). Not thread-safe (one training loop
+// calls it).
 class PsAccess final : public ParameterAccess {
  public:
   // Big enough that biases and small layers share a message, small enough
@@ -42,9 +47,26 @@ class PsAccess final : public ParameterAccess {
 
   absl::Status Push(int64_t clock, int64_t base_version, int index,
                     absl::Span<const float> grad) override {
+    return PushPart(clock, base_version, index, 0, grad);
+  }
+
+  std::vector<int64_t> PartBoundaries(int index) const override {
+    return server::ChunkBoundaries(client_->placement(), index);
+  }
+
+  void PullWithPushes(std::vector<absl::Span<float>> tensors) override {
+    // Not under SSP: there a push's pull may wait for the slowest worker
+    // on the shard's few wait threads, and a slow worker's own pulls (its
+    // next weights) could then queue behind the others' for a call
+    // timeout (tools/demo.sh stalled for tens of seconds).
+    if (model_ != ConsistencySpec::SSP) pull_into_ = std::move(tensors);
+  }
+
+  absl::Status PushPart(int64_t clock, int64_t base_version, int index,
+                        int64_t offset, absl::Span<const float> grad) override {
     base_version_ = base_version;
     const int64_t bytes = static_cast<int64_t>(grad.size() * sizeof(float));
-    pending_.push_back({index, grad});
+    pending_.push_back({index, grad, offset});
     pending_bytes_ += bytes;
     step_bytes_ += bytes;
     // Whatever is pending goes once it is big enough, unless the rest of the
@@ -52,21 +74,29 @@ class PsAccess final : public ParameterAccess {
     // takes it along in the same message.
     if (pending_bytes_ >= kFlushBytes &&
         model_bytes_ - step_bytes_ >= kFlushBytes) {
-      pushes_.push_back(
-          client_->PushTensors(TakePending(), clock, base_version));
+      SendPending(clock);
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<int64_t> Finish(int64_t clock) override {
-    if (!pending_.empty()) {
-      pushes_.push_back(
-          client_->PushTensors(TakePending(), clock, base_version_));
+    if (!pending_.empty()) SendPending(clock);
+    Step step = TakeStep(clock);
+    absl::StatusOr<int64_t> staleness =
+        AwaitStep(step, client_->EndStep(clock, base_version_));
+    // The weights the step's pushes asked back (unused: no next step).
+    for (const server::Ticket& t : step.pulls) {
+      (void)Await(t, absl::StrCat("pull at clock ", clock + 1));
     }
-    return AwaitStep(clock, client_->EndStep(clock, base_version_));
+    return staleness;
   }
 
   absl::StatusOr<StepEnd> FinishAndPull(
+      int64_t clock, std::vector<absl::Span<float>> tensors) override {
+    return StartFinishAndPull(clock, std::move(tensors))->Wait();
+  }
+
+  std::unique_ptr<StepEndInProgress> StartFinishAndPull(
       int64_t clock, std::vector<absl::Span<float>> tensors) override {
     std::vector<server::TensorGrad> last;
     if (model_ == ConsistencySpec::BSP) {
@@ -75,24 +105,20 @@ class PsAccess final : public ParameterAccess {
       last = TakePending();
     } else if (!pending_.empty()) {
       // ASP/SSP: sent on their own, so that the staleness they saw is not
-      // mixed up with the version the end of step itself advances.
+      // mixed up with the version the end of step itself advances; without
+      // a pull, so that the end of step asks for their chunks and its answer
+      // gives the version that includes this worker's step.
       pushes_.push_back(
           client_->PushTensors(TakePending(), clock, base_version_));
     }
-    server::ParameterClient::StepTickets t =
-        client_->EndStepAndPull(std::move(last), clock, base_version_,
-                                clock + 1, MinVersion(clock + 1), tensors);
-    StepEnd end;
-    absl::StatusOr<int64_t> staleness = AwaitStep(clock, t.end);
-    if (!staleness.ok()) {
-      // Await the pull too: its buffers are the caller's.
-      (void)Await(t.pull, absl::StrCat("pull at clock ", clock + 1));
-      return staleness.status();
-    }
-    end.staleness = *staleness;
-    PS_ASSIGN_OR_RETURN(end.version,
-                        AwaitNextWeights(clock, t.pull, false, tensors));
-    return end;
+    Step step = TakeStep(clock);
+    server::ParameterClient::StepTickets t = client_->EndStepAndPull(
+        std::move(last), clock, base_version_, clock + 1, MinVersion(clock + 1),
+        tensors, step.asked);
+    step.end = t.end;
+    step.end_pull = t.pull;
+    return std::make_unique<InProgress>(this, std::move(step),
+                                        std::move(tensors));
   }
 
   PendingStepEnd StartStepEnd(int64_t clock, int64_t base_version,
@@ -127,6 +153,155 @@ class PsAccess final : public ParameterAccess {
   void CancelCalls() override { client_->CancelInFlight(); }
 
  private:
+  // One step's calls: its pushes, the weights they ask back (`pulls`, by
+  // chunk in `pull_of`), and its end of step with the rest of the weights.
+  struct Step {
+    int64_t clock = 0;
+    int64_t base_version = 0;
+    std::vector<server::Ticket> pushes;
+    std::vector<server::Ticket> pulls;
+    std::vector<int> pull_of;    // by chunk id: index into pulls, or -1
+    std::vector<int64_t> asked;  // chunk ids asked back by `pulls`
+    server::Ticket end;
+    server::Ticket end_pull;
+  };
+
+  // An end of step on its way: the weights can be awaited chunk by chunk.
+  class InProgress final : public StepEndInProgress {
+   public:
+    InProgress(PsAccess* access, Step step,
+               std::vector<absl::Span<float>> tensors)
+        : access_(access),
+          step_(std::move(step)),
+          tensors_(std::move(tensors)) {}
+
+    absl::Status AwaitWeights(int index, int64_t begin, int64_t end) override {
+      if (result_.has_value()) return result_->status();
+      // The chunks by the call that brings them.
+      std::vector<std::vector<int64_t>> by_pull(step_.pulls.size() + 1);
+      for (int64_t id : server::ChunksOverlapping(access_->client_->placement(),
+                                                  index, begin, end)) {
+        const int k = id < static_cast<int64_t>(step_.pull_of.size())
+                          ? step_.pull_of[id]
+                          : -1;
+        by_pull[k < 0 ? step_.pulls.size() : k].push_back(id);
+      }
+      for (size_t k = 0; k < by_pull.size(); ++k) {
+        if (by_pull[k].empty()) continue;
+        const server::Ticket& t =
+            k < step_.pulls.size() ? step_.pulls[k] : step_.end_pull;
+        absl::Status s = access_->Await(
+            [&](absl::Duration d) { return t.WaitForChunks(by_pull[k], d); },
+            [&] { return t.Done(); },
+            absl::StrCat("pull at clock ", step_.clock + 1));
+        // Refused as too stale, or failed: Wait() pulls again or reports.
+        if (!s.ok()) return Wait().status();
+      }
+      return absl::OkStatus();
+    }
+
+    absl::StatusOr<StepEnd> Wait() override {
+      if (!result_.has_value())
+        result_ = access_->AwaitStepEnd(step_, tensors_);
+      return *result_;
+    }
+
+   private:
+    PsAccess* const access_;
+    const Step step_;
+    const std::vector<absl::Span<float>> tensors_;
+    std::optional<absl::StatusOr<StepEnd>> result_;
+  };
+
+  // Sends the pending gradients; under PullWithPushes, asking back their
+  // chunks' next weights.
+  void SendPending(int64_t clock) {
+    std::vector<server::TensorGrad> grads = TakePending();
+    if (pull_into_.empty()) {
+      pushes_.push_back(
+          client_->PushTensors(std::move(grads), clock, base_version_));
+      return;
+    }
+    const Placement& p = client_->placement();
+    if (pull_of_.empty()) pull_of_.assign(p.chunks.size(), -1);
+    for (const server::TensorGrad& g : grads) {
+      for (int64_t id : server::ChunksOverlapping(
+               p, g.tensor_index, g.offset,
+               g.offset + static_cast<int64_t>(g.grad.size()))) {
+        pull_of_[id] = static_cast<int>(pulls_.size());
+        asked_.push_back(id);
+      }
+    }
+    server::ParameterClient::StepTickets t = client_->PushTensorsAndPull(
+        std::move(grads), clock, base_version_, clock + 1,
+        MinVersion(clock + 1), pull_into_);
+    pushes_.push_back(t.end);
+    pulls_.push_back(t.pull);
+  }
+
+  // The step's calls so far, handed over; the next step starts empty.
+  Step TakeStep(int64_t clock) {
+    Step step;
+    step.clock = clock;
+    step.base_version = base_version_;
+    step.pushes = std::move(pushes_);
+    step.pulls = std::move(pulls_);
+    step.pull_of = std::move(pull_of_);
+    step.asked = std::move(asked_);
+    pushes_.clear();
+    pulls_.clear();
+    pull_of_.clear();
+    asked_.clear();
+    step_bytes_ = 0;
+    return step;
+  }
+
+  // Waits for a step's end and the next weights (FinishAndPull's result).
+  absl::StatusOr<StepEnd> AwaitStepEnd(
+      const Step& step, const std::vector<absl::Span<float>>& tensors) {
+    const std::string what = absl::StrCat("pull at clock ", step.clock + 1);
+    StepEnd end;
+    absl::StatusOr<int64_t> staleness = AwaitStep(step, step.end);
+    absl::Status pulled;
+    bool refused = false;  // a push (and so its pull) refused as too stale
+    for (const server::Ticket& t : step.pulls) {
+      // (Awaited even after an error: their buffers are the caller's.)
+      absl::Status s = Await(t, what);
+      if (absl::IsAborted(s)) {
+        refused = true;
+      } else if (pulled.ok()) {
+        pulled = s;
+      }
+    }
+    if (!staleness.ok()) {
+      (void)Await(step.end_pull, what);
+      return staleness.status();
+    }
+    end.staleness = *staleness;
+    if (!pulled.ok()) {
+      (void)Await(step.end_pull, what);
+      return pulled;
+    }
+    // A refused push left its chunks without new weights: all pulled again.
+    PS_ASSIGN_OR_RETURN(end.version, AwaitNextWeights(step.clock, step.end_pull,
+                                                      refused, tensors));
+    if (refused || step.end_pull.has_version()) return end;
+    // The end of step had nothing left to ask for. BSP: the pushes'
+    // answers all carry the next version; ASP/SSP: the end of step's own
+    // version is the one that includes this worker's step.
+    if (model_ != ConsistencySpec::BSP) {
+      end.version = step.end.version();
+      return end;
+    }
+    bool any = false;
+    for (const server::Ticket& t : step.pulls) {
+      if (!t.has_version()) continue;
+      end.version = any ? std::min(end.version, t.version()) : t.version();
+      any = true;
+    }
+    return end;
+  }
+
   // The weights of clock + 1 that an end of step's `pull` brings; pulled on
   // their own when the end (`rejected`) or the pull was refused as too
   // stale (ASP max_staleness), which leaves the shard's answer without them.
@@ -156,30 +331,39 @@ class PsAccess final : public ParameterAccess {
     return out;
   }
 
-  // Waits for the step's pushes and its end: the staleness the pushes saw.
-  absl::StatusOr<int64_t> AwaitStep(int64_t clock, const server::Ticket& end) {
-    step_bytes_ = 0;
+  // Waits for a step's pushes and its end: the staleness the pushes saw.
+  absl::StatusOr<int64_t> AwaitStep(const Step& step,
+                                    const server::Ticket& end) {
     int64_t staleness = 0;
     absl::Status first_error;
-    for (const server::Ticket& t : pushes_) {
-      absl::Status s = Await(t, absl::StrCat("push at clock ", clock));
+    for (const server::Ticket& t : step.pushes) {
+      absl::Status s = Await(t, absl::StrCat("push at clock ", step.clock));
       if (absl::IsAborted(s)) continue;  // ASP: too stale, rejected and counted
       if (!s.ok() && first_error.ok()) first_error = s;
-      if (s.ok()) staleness = std::max(staleness, t.version() - base_version_);
+      if (s.ok())
+        staleness = std::max(staleness, t.version() - step.base_version);
     }
-    pushes_.clear();
-    absl::Status s = Await(end, absl::StrCat("end of step ", clock));
+    absl::Status s = Await(end, absl::StrCat("end of step ", step.clock));
     PS_RETURN_IF_ERROR(first_error);
     if (!s.ok() && !absl::IsAborted(s)) return s;
     return staleness;
   }
 
-  // Waits in short slices so a stop request is seen quickly.
   absl::Status Await(const server::Ticket& t, const std::string& what) {
+    return Await([&](absl::Duration d) { return t.Wait(d); },
+                 [&] { return t.Done(); }, what);
+  }
+
+  // Waits in short slices (`wait`; `done`: whether the call has ended, so
+  // that its own DEADLINE_EXCEEDED is told from a slice's) so a stop
+  // request is seen quickly.
+  absl::Status Await(const std::function<absl::Status(absl::Duration)>& wait,
+                     const std::function<bool()>& done,
+                     const std::string& what) {
     const absl::Time deadline = absl::Now() + options_.retry_deadline;
     for (;;) {
-      absl::Status s = t.Wait(absl::Milliseconds(200));
-      if (!absl::IsDeadlineExceeded(s) || t.Done()) {
+      absl::Status s = wait(absl::Milliseconds(200));
+      if (!absl::IsDeadlineExceeded(s) || done()) {
         return Annotate(s, what);
       }
       if (options_.stop != nullptr && options_.stop->load()) {
@@ -201,8 +385,14 @@ class PsAccess final : public ParameterAccess {
   // The whole model's gradient bytes, and this step's pushed so far.
   const int64_t model_bytes_;
   int64_t step_bytes_ = 0;
-  std::vector<server::Ticket> pushes_;
   int64_t base_version_ = 0;
+  // PullWithPushes: where pushes' answers put the next step's weights.
+  std::vector<absl::Span<float>> pull_into_;
+  // The open step's calls (Step).
+  std::vector<server::Ticket> pushes_;
+  std::vector<server::Ticket> pulls_;
+  std::vector<int> pull_of_;
+  std::vector<int64_t> asked_;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@ kernels::Activation ToKernels(Activation a) {
 struct Window {
   int64_t steps = 0;
   double loss = 0, wait = 0, pull = 0, compute = 0, push = 0, staleness = 0;
+  int64_t staleness_steps = 0;  // step ends whose staleness is known
   absl::Time start = absl::Now();
 };
 
@@ -27,12 +28,72 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 }  // namespace
 
+std::vector<int64_t> FirstLayerRowSplits(const std::vector<int64_t>& parts,
+                                         const std::vector<int64_t>& shape) {
+  // Blocks of fewer bytes cost more in messages than they gain in overlap
+  // (tools/train_bench: 4 blocks of 200 KB were slower than 2 of 400 KB at
+  // batch 128); more blocks than this gain little.
+  constexpr int64_t kMinBlockBytes = 384 << 10;
+  constexpr int64_t kMaxBlocks = 8;
+  if (shape.size() != 2 || shape[0] <= 0 || shape[1] <= 0) return {};
+  std::vector<int64_t> rows;
+  for (int64_t e : parts) {
+    if (e % shape[1] == 0 && e / shape[1] > 0 && e / shape[1] < shape[0]) {
+      rows.push_back(e / shape[1]);
+    }
+  }
+  const int64_t bytes = shape[0] * shape[1] * int64_t{sizeof(float)};
+  const int64_t max_blocks =
+      std::max<int64_t>(1, std::min(kMaxBlocks, bytes / kMinBlockBytes));
+  const int64_t blocks = static_cast<int64_t>(rows.size()) + 1;
+  if (blocks <= max_blocks) return rows;
+  // Every k-th boundary, k = ceil(blocks / max_blocks).
+  const size_t k = static_cast<size_t>((blocks + max_blocks - 1) / max_blocks);
+  std::vector<int64_t> out;
+  for (size_t i = k - 1; i < rows.size(); i += k) out.push_back(rows[i]);
+  return out;
+}
+
+namespace {}  // namespace
+
 absl::StatusOr<ParameterAccess::StepEnd> ParameterAccess::FinishAndPull(
     int64_t clock, std::vector<absl::Span<float>> tensors) {
   StepEnd end;
   PS_ASSIGN_OR_RETURN(end.staleness, Finish(clock));
   PS_ASSIGN_OR_RETURN(end.version, Pull(clock + 1, std::move(tensors)));
   return end;
+}
+
+absl::Status ParameterAccess::PushPart(int64_t clock, int64_t base_version,
+                                       int index, int64_t offset,
+                                       absl::Span<const float> grad) {
+  if (offset != 0) {
+    return absl::UnimplementedError(
+        "this ParameterAccess takes whole tensors only (no PartBoundaries)");
+  }
+  return Push(clock, base_version, index, grad);
+}
+
+namespace {
+class StepEndDone final : public ParameterAccess::StepEndInProgress {
+ public:
+  explicit StepEndDone(absl::StatusOr<ParameterAccess::StepEnd> end)
+      : end_(std::move(end)) {}
+  absl::Status AwaitWeights(int, int64_t, int64_t) override {
+    return end_.status();
+  }
+  absl::StatusOr<ParameterAccess::StepEnd> Wait() override { return end_; }
+
+ private:
+  const absl::StatusOr<ParameterAccess::StepEnd> end_;
+};
+}  // namespace
+
+std::unique_ptr<ParameterAccess::StepEndInProgress>
+ParameterAccess::StartFinishAndPull(int64_t clock,
+                                    std::vector<absl::Span<float>> tensors) {
+  return std::make_unique<StepEndDone>(
+      FinishAndPull(clock, std::move(tensors)));
 }
 
 ParameterAccess::PendingStepEnd ParameterAccess::StartStepEnd(
@@ -208,6 +269,20 @@ absl::StatusOr<TrainResult> Train(
   };
 
   ParameterAccess::PendingStepEnd in_flight;
+  // The weights of the next step, arriving part by part while it starts.
+  std::unique_ptr<ParameterAccess::StepEndInProgress> incoming;
+  // fc0/weight in row blocks at the parameter servers' chunk boundaries:
+  // forward starts on the first rows that arrive, backward sends its first
+  // blocks while it computes the next.
+  const std::vector<int64_t> row_splits =
+      overlap ? std::vector<int64_t>()
+              : FirstLayerRowSplits(params->PartBoundaries(0),
+                                    mlp->parameters()[0].shape);
+
+  // Each push asks back its chunks' next weights, which land in the model
+  // while backward still runs (the step no longer reads a tensor once its
+  // gradient is handed out: kernels::Mlp::StepHooks).
+  if (!overlap) params->PullWithPushes(weight_spans);
 
   Window window;
   int64_t clock = a.start_step();
@@ -236,24 +311,61 @@ absl::StatusOr<TrainResult> Train(
     }
     const absl::Time t1 = absl::Now();
     int64_t version = 0;
-    if (prefetched) {
+    // Time spent inside the step waiting for weights to arrive.
+    absl::Duration awaited;
+    // Once the previous step's end is over: the weights' version, and the
+    // BSP catch-up (false: the job's steps are done).
+    auto catch_up = [&] {
+      if (bsp && version > clock) {
+        // The job moved on without this worker (a backup worker whose
+        // gradients were late, or a worker that rejoined): continue at the
+        // current step rather than compute gradients that would be
+        // dropped (the weights of step v are version v's).
+        result.skipped_steps += version - clock;
+        clock = version;
+      }
+      return clock < total_steps;
+    };
+    auto arrived = [&](const ParameterAccess::StepEnd& end) {
+      window.staleness += static_cast<double>(end.staleness);
+      window.staleness_steps++;
+      version = end.version;
+      return catch_up();
+    };
+    auto await_incoming = [&]() -> absl::StatusOr<bool> {
+      std::unique_ptr<ParameterAccess::StepEndInProgress> in =
+          std::move(incoming);
+      absl::StatusOr<ParameterAccess::StepEnd> end = in->Wait();
+      if (!end.ok()) return end.status();
+      if (!direct) {
+        for (int i = 0; i < mlp->num_parameters(); ++i) {
+          PS_RETURN_IF_ERROR(mlp->SetParameter(i, weights[i]));
+        }
+      }
+      return arrived(*end);
+    };
+    // The evaluator needs all of the weights before the step.
+    if (incoming != nullptr && clock >= next_eval) {
+      PS_ASSIGN_OR_RETURN(const bool more, await_incoming());
+      if (!more) {
+        prefetcher->Recycle(*std::move(b));
+        break;
+      }
+    }
+    const bool arriving = incoming != nullptr;
+    if (arriving) {
+      // Awaited part by part in the step (hooks below).
+    } else if (prefetched) {
       version = prefetched_version;
       prefetched = false;
     } else {
       PS_ASSIGN_OR_RETURN(version, params->Pull(clock, weight_spans));
     }
-    if (bsp && version > clock) {
-      // The job moved on without this worker (a backup worker whose
-      // gradients were late, or a worker that rejoined): continue at the
-      // current step rather than compute gradients that would be dropped.
-      result.skipped_steps += version - clock;
-      clock = version;
-      if (clock >= total_steps) {
-        prefetcher->Recycle(*std::move(b));
-        break;
-      }
+    if (!arriving && !catch_up()) {
+      prefetcher->Recycle(*std::move(b));
+      break;
     }
-    for (int i = 0; i < mlp->num_parameters() && !direct; ++i) {
+    for (int i = 0; i < mlp->num_parameters() && !direct && !arriving; ++i) {
       PS_RETURN_IF_ERROR(mlp->SetParameter(i, weights[i]));
     }
     // The evaluator measures the weights every worker computes on.
@@ -262,38 +374,82 @@ absl::StatusOr<TrainResult> Train(
       next_eval = (clock / eval_every + 1) * eval_every;
     }
     const absl::Time t2 = absl::Now();
-    // Each layer's gradient is pushed as soon as backward produces it (the
+    // Each gradient (block) is pushed as soon as backward produces it (the
     // output layer first), so sending overlaps the rest of backward.
     absl::Status push_status;
     const bool slowed =
         compute_factor > 1 || extra_delay > absl::ZeroDuration();
-    auto push = [&](int i) {
+    auto push = [&](int i, int64_t begin, int64_t end) {
       if (!push_status.ok()) return;
+      absl::Span<const float> g;
       if (direct) {
-        kernels::DeviceSpan<const float> g = mlp->gradient(i);
-        push_status = params->Push(clock, version, i,
-                                   absl::MakeConstSpan(g.data, g.size));
-        return;
+        kernels::DeviceSpan<const float> d = mlp->gradient(i);
+        g = absl::MakeConstSpan(d.data + begin, end - begin);
+      } else {
+        absl::Span<float> host =
+            absl::MakeSpan(grads[i]).subspan(begin, end - begin);
+        push_status = mlp->GetGradientRange(i, begin, host);
+        if (!push_status.ok()) return;
+        g = host;
       }
-      push_status = mlp->GetGradient(i, absl::MakeSpan(grads[i]));
-      if (push_status.ok())
-        push_status = params->Push(clock, version, i, grads[i]);
+      push_status = params->PushPart(clock, version, i, begin, g);
     };
-    std::vector<int> held;  // a slowed worker sends after its delay
-    PS_ASSIGN_OR_RETURN(const float loss,
-                        mlp->TrainStep(b->images(), b->labels(), [&](int i) {
-                          if (!overlap) slowed ? held.push_back(i) : push(i);
-                        }));
+    struct Part {
+      int index;
+      int64_t begin, end;
+    };
+    std::vector<Part> held;  // a slowed worker sends after its delay
+    bool finished = false;   // the job's steps ended under this one
+    kernels::Mlp::StepHooks hooks;
+    hooks.first_weight_row_splits = row_splits;
+    if (arriving) {
+      hooks.before_use = [&](int index, int64_t begin,
+                             int64_t end) -> absl::Status {
+        if (incoming == nullptr) return absl::OkStatus();
+        const absl::Time w0 = absl::Now();
+        absl::Status s = incoming->AwaitWeights(index, begin, end);
+        awaited += absl::Now() - w0;
+        PS_RETURN_IF_ERROR(s);
+        if (direct) return absl::OkStatus();
+        return mlp->SetParameterRange(
+            index, begin,
+            absl::MakeConstSpan(weights[index]).subspan(begin, end - begin));
+      };
+      hooks.before_backward = [&]() -> absl::Status {
+        const absl::Time w0 = absl::Now();
+        absl::StatusOr<ParameterAccess::StepEnd> end = incoming->Wait();
+        incoming.reset();
+        awaited += absl::Now() - w0;
+        if (!end.ok()) return end.status();
+        if (!arrived(*end)) {
+          finished = true;
+          return absl::CancelledError("the job's steps are done");
+        }
+        return absl::OkStatus();
+      };
+    }
+    if (!overlap) {
+      hooks.on_gradient_part = [&](int index, int64_t begin, int64_t end) {
+        slowed ? held.push_back({index, begin, end}) : push(index, begin, end);
+      };
+    }
+    absl::StatusOr<float> loss_or =
+        mlp->TrainStep(b->images(), b->labels(), hooks);
+    if (finished) {
+      prefetcher->Recycle(*std::move(b));
+      break;
+    }
+    PS_RETURN_IF_ERROR(loss_or.status());
+    const float loss = *loss_or;
     const absl::Time t3 = absl::Now();
     if (slowed) {
-      absl::SleepFor((t3 - t2) * (compute_factor - 1) + extra_delay);
-      for (int i : held) push(i);
+      absl::SleepFor((t3 - t2 - awaited) * (compute_factor - 1) + extra_delay);
+      for (const Part& p : held) push(p.index, p.begin, p.end);
     }
     PS_RETURN_IF_ERROR(push_status);
     const absl::Time t3b = absl::Now();
     // Unless this is the last step, the end of step also brings the next
     // step's weights (one round trip instead of two).
-    int64_t staleness = 0;
     if (overlap) {
       // The previous step's end brought the weights the next step computes
       // on (they lack this step's update: one more version of staleness).
@@ -301,7 +457,8 @@ absl::StatusOr<TrainResult> Train(
         ParameterAccess::PendingStepEnd pending = std::move(in_flight);
         in_flight = nullptr;
         PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end, pending());
-        staleness = end.staleness;
+        window.staleness += static_cast<double>(end.staleness);
+        window.staleness_steps++;
         for (size_t i = 0; i < weight_spans.size(); ++i) {
           std::copy(overlap_weights[i].begin(), overlap_weights[i].end(),
                     weight_spans[i].begin());
@@ -326,16 +483,17 @@ absl::StatusOr<TrainResult> Train(
         for (int i = 0; i < mlp->num_parameters(); ++i) {
           PS_RETURN_IF_ERROR(params->Push(clock, version, i, grad_spans[i]));
         }
-        PS_ASSIGN_OR_RETURN(staleness, params->Finish(clock));
+        PS_ASSIGN_OR_RETURN(const int64_t staleness, params->Finish(clock));
+        window.staleness += static_cast<double>(staleness);
+        window.staleness_steps++;
       }
     } else if (clock + 1 < total_steps) {
-      PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end,
-                          params->FinishAndPull(clock, weight_spans));
-      staleness = end.staleness;
-      prefetched = true;
-      prefetched_version = end.version;
+      // The next step waits for these weights part by part.
+      incoming = params->StartFinishAndPull(clock, weight_spans);
     } else {
-      PS_ASSIGN_OR_RETURN(staleness, params->Finish(clock));
+      PS_ASSIGN_OR_RETURN(const int64_t staleness, params->Finish(clock));
+      window.staleness += static_cast<double>(staleness);
+      window.staleness_steps++;
     }
     const absl::Time t4 = absl::Now();
     prefetcher->Recycle(*std::move(b));
@@ -343,10 +501,9 @@ absl::StatusOr<TrainResult> Train(
     window.steps++;
     window.loss += loss;
     window.wait += Ms(t1 - t0);
-    window.pull += Ms(t2 - t1);
-    window.compute += Ms(t3b - t2);
+    window.pull += Ms(t2 - t1 + awaited);
+    window.compute += Ms(t3b - t2 - awaited);
     window.push += Ms(t4 - t3b);
-    window.staleness += static_cast<double>(staleness);
     result.last_loss = loss;
     if (window.steps >= options.report_every_steps ||
         clock + 1 >= total_steps) {
@@ -360,7 +517,11 @@ absl::StatusOr<TrainResult> Train(
             point("pull_ms", window.pull / n, step),
             point("compute_ms", window.compute / n, step),
             point("push_ms", window.push / n, step),
-            point("staleness", window.staleness / n, step),
+            point("staleness",
+                  window.staleness_steps > 0
+                      ? window.staleness / window.staleness_steps
+                      : 0.0,
+                  step),
             point("clock", static_cast<double>(step), step)},
            false);
       window = Window();
@@ -370,6 +531,10 @@ absl::StatusOr<TrainResult> Train(
     if (options.on_step) options.on_step(clock);
   }
   result.final_clock = clock;
+  if (incoming != nullptr) {
+    PS_RETURN_IF_ERROR(incoming->Wait().status());
+    incoming.reset();
+  }
   // Final evaluation on the final weights.
   if (is_evaluator()) {
     PS_ASSIGN_OR_RETURN(const int64_t version,

@@ -44,6 +44,29 @@ class ParameterAccess {
   // by others between this worker's pull and its push; 0 under BSP).
   virtual absl::StatusOr<int64_t> Finish(int64_t clock) = 0;
 
+  // Where tensor `index`'s gradient may be cut for PushPart: element offsets
+  // inside it, ascending (the parameter servers' chunk boundaries). Empty:
+  // only whole tensors (the default).
+  virtual std::vector<int64_t> PartBoundaries(int index) const {
+    (void)index;
+    return {};
+  }
+  // Push of part of a gradient: elements [offset, offset + grad.size()) of
+  // tensor `index`, starting and ending at PartBoundaries (or at the
+  // tensor's start and end). As Push otherwise.
+  virtual absl::Status PushPart(int64_t clock, int64_t base_version, int index,
+                                int64_t offset, absl::Span<const float> grad);
+
+  // Every push from now on may also ask back the next step's weights of
+  // its chunks into `tensors` (the buffers later passed to
+  // StartFinishAndPull), which then arrive while the step still runs
+  // (PsAccess: under BSP and ASP). Only for a caller that no longer reads a
+  // tensor once it pushed its gradient (kernels::Mlp::StepHooks). Ignored
+  // by default.
+  virtual void PullWithPushes(std::vector<absl::Span<float>> tensors) {
+    (void)tensors;
+  }
+
   // Finish(clock), then Pull(clock + 1, tensors): ends the step and fetches
   // the weights of the next one. The real implementation does both in one
   // round trip per shard (the shards answer the end of step with the new
@@ -53,6 +76,24 @@ class ParameterAccess {
     int64_t version = 0;    // as Pull(clock + 1) returns it
   };
   virtual absl::StatusOr<StepEnd> FinishAndPull(
+      int64_t clock, std::vector<absl::Span<float>> tensors);
+
+  // FinishAndPull in two halves, so that the next step can start on the
+  // weights that have arrived: StartFinishAndPull ends step `clock` and
+  // starts pulling clock + 1's weights into `tensors`; the returned object's
+  // AwaitWeights(index, begin, end) waits until elements [begin, end) of
+  // tensor `index` are there, and Wait() for all of it, returning what
+  // FinishAndPull returns (an error of either, once it is known). The
+  // object must be waited on (or CancelCalls() called) before `tensors`
+  // is freed. The default does everything in StartFinishAndPull.
+  class StepEndInProgress {
+   public:
+    virtual ~StepEndInProgress() = default;
+    virtual absl::Status AwaitWeights(int index, int64_t begin,
+                                      int64_t end) = 0;
+    virtual absl::StatusOr<StepEnd> Wait() = 0;
+  };
+  virtual std::unique_ptr<StepEndInProgress> StartFinishAndPull(
       int64_t clock, std::vector<absl::Span<float>> tensors);
 
   // For ASP with overlap_communication: starts ending step `clock` with the
@@ -112,6 +153,13 @@ absl::StatusOr<TrainResult> Train(
     ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
     const TrainerOptions& options = {},
     std::function<std::vector<int>()> current_data_shards = nullptr);
+
+// The row boundaries at which the trainer cuts the first layer's weight
+// (`shape` [rows, width]) into blocks: among the parameter servers' chunk
+// boundaries (`parts`, element offsets) those that fall between rows, thinned
+// out to blocks of at least 384 KB and at most 8 blocks.
+std::vector<int64_t> FirstLayerRowSplits(const std::vector<int64_t>& parts,
+                                         const std::vector<int64_t>& shape);
 
 // Steps each worker runs for the job (the same on every worker).
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,

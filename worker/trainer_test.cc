@@ -62,11 +62,30 @@ class LocalParams : public ParameterAccess {
   int pulls = 0, pushes = 0, finish_and_pulls = 0;
   std::map<int64_t, int64_t> base_versions;  // by clock
 
+ protected:
+  // Zeros the size of tensor `index`.
+  absl::Status ZerosLike(int index, std::vector<float>* out) const {
+    if (index < 0 || index >= static_cast<int>(tensors_.size())) {
+      return absl::InvalidArgumentError("index");
+    }
+    out->assign(tensors_[index].size(), 0.0f);
+    return absl::OkStatus();
+  }
+
  private:
   float lr_;
   int64_t version_ = 0;
   std::vector<std::vector<float>> tensors_;
 };
+
+// A MetricSink that keeps the train_loss points.
+MetricSink LossesInto(std::vector<double>* losses) {
+  return [losses](std::vector<MetricPoint> p, bool) {
+    for (const MetricPoint& m : p) {
+      if (m.name() == "train_loss") losses->push_back(m.value());
+    }
+  };
+}
 
 JobSpec Spec(int64_t max_steps) {
   auto spec = ParseJobSpec(
@@ -152,14 +171,8 @@ TEST_F(TrainerTest, OverlapComputesOneStepBehind) {
   a.set_evaluator(true);
   LocalParams params(a.spec(), 0.1f);
   std::vector<double> losses;
-  auto result = Train(
-      a, train_, test_, backend->get(), &params,
-      [&](std::vector<MetricPoint> p, bool) {
-        for (const MetricPoint& m : p) {
-          if (m.name() == "train_loss") losses.push_back(m.value());
-        }
-      },
-      nullptr);
+  auto result = Train(a, train_, test_, backend->get(), &params,
+                      LossesInto(&losses), nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->steps, 300);
   EXPECT_EQ(params.pushes, 300 * 4);
@@ -209,6 +222,125 @@ TEST_F(TrainerTest, RejectsMismatchedInput) {
       a, train_, test_, backend->get(), &params,
       [](std::vector<MetricPoint>, bool) {}, nullptr);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Parameters whose first tensor is cut into parts (as a shard's chunks):
+// gradients arrive block by block, and the next step's weights are awaited
+// block by block before forward reads them.
+class PartParams : public LocalParams {
+ public:
+  PartParams(const JobSpec& spec, float lr, std::vector<int64_t> boundaries)
+      : LocalParams(spec, lr), boundaries_(std::move(boundaries)) {}
+  std::vector<int64_t> PartBoundaries(int index) const override {
+    return index == 0 ? boundaries_ : std::vector<int64_t>();
+  }
+  absl::Status PushPart(int64_t clock, int64_t base_version, int index,
+                        int64_t offset, absl::Span<const float> grad) override {
+    if (clock == 1) parts.push_back({index, offset, int64_t(grad.size())});
+    if (offset == 0 && index != 0) {
+      return Push(clock, base_version, index, grad);
+    }
+    // A part: applied as the whole tensor would be, element by element.
+    std::vector<float> g;
+    if (absl::Status s = ZerosLike(index, &g); !s.ok()) return s;
+    std::copy(grad.begin(), grad.end(), g.begin() + offset);
+    return Push(clock, base_version, index, g);
+  }
+  void PullWithPushes(std::vector<absl::Span<float>>) override {
+    pull_with_pushes = true;
+  }
+  class Recorded : public StepEndInProgress {
+   public:
+    Recorded(absl::StatusOr<StepEnd> end,
+             std::vector<std::vector<int64_t>>* awaited)
+        : end_(std::move(end)), awaited_(awaited) {}
+    absl::Status AwaitWeights(int index, int64_t begin, int64_t end) override {
+      awaited_->push_back({index, begin, end});
+      return end_.status();
+    }
+    absl::StatusOr<StepEnd> Wait() override { return end_; }
+
+   private:
+    absl::StatusOr<StepEnd> end_;
+    std::vector<std::vector<int64_t>>* awaited_;
+  };
+  std::unique_ptr<StepEndInProgress> StartFinishAndPull(
+      int64_t clock, std::vector<absl::Span<float>> tensors) override {
+    if (clock == 1) awaited.clear();
+    return std::make_unique<Recorded>(FinishAndPull(clock, std::move(tensors)),
+                                      clock == 1 ? &awaited : &ignored_);
+  }
+  std::vector<std::vector<int64_t>> parts, awaited;
+  bool pull_with_pushes = false;
+
+ private:
+  std::vector<int64_t> boundaries_;
+  std::vector<std::vector<int64_t>> ignored_;
+};
+
+TEST(Trainer, FirstLayerRowSplitsFollowChunksInBlocksOfAFewHundredKb) {
+  // 784 x 256 fp32 (784 KB) in 4 chunks of 196 rows: 2 blocks.
+  EXPECT_EQ(FirstLayerRowSplits({50176, 100352, 150528}, {784, 256}),
+            (std::vector<int64_t>{392}));
+  // 16 MB in 64 chunks of 64 rows: 8 blocks of 512 rows.
+  std::vector<int64_t> parts;
+  for (int64_t r = 64; r < 4096; r += 64) parts.push_back(r * 1024);
+  EXPECT_EQ(FirstLayerRowSplits(parts, {4096, 1024}),
+            (std::vector<int64_t>{512, 1024, 1536, 2048, 2560, 3072, 3584}));
+  // Boundaries inside a row are no row split; small layers stay whole.
+  EXPECT_EQ(FirstLayerRowSplits({100 * 1000 + 1, 200 * 1000}, {300, 1000}),
+            (std::vector<int64_t>{200}));
+  EXPECT_TRUE(FirstLayerRowSplits({4, 6}, {10, 3}).empty());
+  EXPECT_TRUE(FirstLayerRowSplits({}, {784, 256}).empty());
+}
+
+TEST_F(TrainerTest, FirstLayerInBlocksPushesPartsAndAwaitsThemInOrder) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  WorkerAssignment a;
+  auto spec = ParseJobSpec(
+      R"pb(
+        model { mlp { input_dim: 784 hidden: 256 num_classes: 10 } }
+        optimizer { learning_rate: 0.1 }
+        data {
+          batch_size: 64
+          shuffle_seed: 3
+          eval_every_steps: 1000
+          eval_examples: 2000
+          max_steps: 150
+        }
+        seed: 5)pb",
+      "job");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  *a.mutable_spec() = *spec;
+  a.add_data_shards(0);
+  a.set_num_data_shards(1);
+  a.set_evaluator(true);
+  // fc0/weight is [784, 256]: chunks of 196 rows; blocks of 392 rows.
+  PartParams params(a.spec(), 0.1f, {50176, 100352, 150528});
+  std::vector<double> losses;
+  auto result = Train(a, train_, test_, backend->get(), &params,
+                      LossesInto(&losses), nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(params.pull_with_pushes);
+  // Step 1's pushes: the output layer, then fc0/weight in two blocks of
+  // 392 rows x 256, then fc0/bias.
+  EXPECT_EQ(params.parts,
+            (std::vector<std::vector<int64_t>>{{2, 0, 2560},
+                                               {3, 0, 10},
+                                               {0, 0, 100352},
+                                               {0, 100352, 100352},
+                                               {1, 0, 256}}));
+  // Step 2 awaited its weights in the order forward reads them.
+  EXPECT_EQ(params.awaited,
+            (std::vector<std::vector<int64_t>>{{0, 0, 100352},
+                                               {0, 100352, 200704},
+                                               {1, 0, 256},
+                                               {2, 0, 2560},
+                                               {3, 0, 10}}));
+  ASSERT_GE(losses.size(), 5u);
+  EXPECT_LT(losses.back(), 0.7 * losses.front());
+  EXPECT_GT(result->test_accuracy, 0.7);
 }
 
 TEST(Trainer, StepBudget) {
