@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/placement.h"
+#include "proto/parameter_service.grpc.pb.h"
 #include "server/parameter_service.h"
 #include "server/shard_store.h"
 
@@ -52,11 +54,14 @@ JobSpec Spec(ConsistencySpec::Model model) {
 
 class Cluster {
  public:
-  Cluster(int shards, const JobSpec& spec) : spec_(spec) {
+  Cluster(int shards, const JobSpec& spec,
+          const ParameterServiceOptions& service_options = {})
+      : spec_(spec) {
     for (int s = 0; s < shards; ++s) {
       auto shard = std::make_unique<Shard>();
       shard->store = *ShardStore::Create({});
-      shard->service = *ParameterServiceAdapter::Create(shard->store.get(), {});
+      shard->service =
+          *ParameterServiceAdapter::Create(shard->store.get(), service_options);
       grpc::ServerBuilder builder;
       int port = 0;
       builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -87,6 +92,7 @@ class Cluster {
     return *std::move(c);
   }
   ShardStore& store(int s) { return *shards_[s]->store; }
+  const std::string& address(int s) const { return shards_[s]->address; }
   const Placement& placement() const { return placement_; }
 
  private:
@@ -362,6 +368,71 @@ TEST(ParameterClient, PushTensorsAndPullBringsPartsBeforeTheStepCloses) {
                 .end.Wait(kWait)
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The shard's wait threads grow when all of them wait: a pull that waits
+// only for its own worker's earlier push is answered while another pull
+// holds the only initial thread, waiting for that worker to catch up (with
+// a fixed pool it queued behind it until a timeout).
+TEST(ParameterClient, WaitingPullsDoNotQueueBehindEachOther) {
+  JobSpec spec = Spec(ConsistencySpec::SSP);
+  spec.mutable_consistency()->set_staleness(1);
+  ParameterServiceOptions service_options;
+  service_options.wait_threads = 1;
+  service_options.max_wait_threads = 4;
+  Cluster cluster(1, spec, service_options);
+  // Worker 1 at clock 3 waits for worker 2 to reach clock 2.
+  auto w1 = cluster.Client(1);
+  Weights weights1;
+  Ticket waiting = w1->PullAll(3, 0, weights1.spans());
+  EXPECT_EQ(waiting.Wait(absl::Milliseconds(200)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // Worker 2's push seq 2, whose pull must wait for its push seq 1.
+  auto stub = ParameterService::NewStub(grpc::CreateChannel(
+      cluster.address(0), grpc::InsecureChannelCredentials()));
+  PushRequest second;
+  second.set_job_id("job");
+  second.set_worker_id(2);
+  second.set_seq(2);
+  second.mutable_then_pull()->set_clock(1);
+  second.mutable_then_pull()->add_chunk_ids(0);
+  PushResponse second_response;
+  grpc::ClientContext second_context;
+  second_context.set_deadline(std::chrono::system_clock::now() +
+                              std::chrono::seconds(20));
+  absl::Notification answered;
+  grpc::Status second_status;
+  stub->async()->Push(&second_context, &second, &second_response,
+                      [&](grpc::Status s) {
+                        second_status = s;
+                        answered.Notify();
+                      });
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(answered.HasBeenNotified());
+  PushRequest first;
+  first.set_job_id("job");
+  first.set_worker_id(2);
+  first.set_seq(1);
+  PushResponse first_response;
+  grpc::ClientContext first_context;
+  ASSERT_TRUE(stub->Push(&first_context, first, &first_response).ok());
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(15)));
+  EXPECT_TRUE(second_status.ok()) << second_status.error_message();
+  EXPECT_TRUE(second_response.pulled());
+  EXPECT_FALSE(waiting.Done());  // worker 2 is still at clock 0
+  // Worker 2 ends steps 0 and 1: worker 1's pull is answered.
+  for (uint64_t seq : {3, 4}) {
+    PushRequest end;
+    end.set_job_id("job");
+    end.set_worker_id(2);
+    end.set_seq(seq);
+    end.set_clock(seq - 3);
+    end.set_end_of_step(true);
+    PushResponse end_response;
+    grpc::ClientContext end_context;
+    ASSERT_TRUE(stub->Push(&end_context, end, &end_response).ok());
+  }
+  EXPECT_TRUE(waiting.Wait(kWait).ok()) << waiting.Wait(kWait);
 }
 
 TEST(ParameterClient, RejectsMismatchedArguments) {

@@ -20,17 +20,28 @@ constexpr int kPushChunksField = 6;
 constexpr int kPullChunksField = 2;
 constexpr int kPushPulledChunksField = 7;  // PushResponse.pulled_chunks
 
-// Fixed threads draining a queue of tasks; Stop runs what is queued, then
-// joins.
+// Threads draining a queue of tasks that may block (waiting pulls): starts
+// with `threads` and adds one whenever a task finds none idle, up to
+// `max_threads`, so that tasks blocked on one another's progress (a slow
+// worker's pull queued behind pulls waiting for that worker) do not wait for
+// a timeout. Stop runs what is queued, then joins.
 class WaitPool {
  public:
-  explicit WaitPool(int threads) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  WaitPool(int threads, int max_threads)
+      : max_threads_(std::max(threads, max_threads)) {
+    absl::MutexLock l(&mu_);
+    for (int i = 0; i < threads; ++i) {
+      threads_.emplace_back([this] { Run(); });
+    }
   }
   ~WaitPool() { Stop(); }
   void Submit(std::function<void()> task) {
     absl::MutexLock l(&mu_);
     tasks_.push_back(std::move(task));
+    if (!stopping_ && idle_ < static_cast<int>(tasks_.size()) &&
+        static_cast<int>(threads_.size()) < max_threads_) {
+      threads_.emplace_back([this] { Run(); });
+    }
   }
   void Stop() {
     {
@@ -38,6 +49,7 @@ class WaitPool {
       if (stopping_) return;
       stopping_ = true;
     }
+    // No thread is added once stopping_ is set.
     for (std::thread& t : threads_) t.join();
   }
 
@@ -47,11 +59,13 @@ class WaitPool {
       std::function<void()> task;
       {
         absl::MutexLock l(&mu_);
+        ++idle_;
         mu_.Await(absl::Condition(
             +[](WaitPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
               return p->stopping_ || !p->tasks_.empty();
             },
             this));
+        --idle_;
         if (tasks_.empty()) return;
         task = std::move(tasks_.front());
         tasks_.pop_front();
@@ -59,9 +73,12 @@ class WaitPool {
       task();
     }
   }
+  const int max_threads_;
   absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Added to under mu_ until stopping_; joined by Stop after that.
   std::vector<std::thread> threads_;
 };
 
@@ -73,8 +90,9 @@ class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
   ServiceImpl(ShardStore* store, const ParameterServiceOptions& options)
       : store_(store),
         options_(options),
-        pull_pool_(options.wait_threads),
-        push_pool_(std::max(2, options.wait_threads / 4)) {}
+        pull_pool_(options.wait_threads, options.max_wait_threads),
+        push_pool_(std::max(2, options.wait_threads / 4),
+                   std::max(2, options.max_wait_threads / 4)) {}
   ~ServiceImpl() override { Stop(); }
 
   grpc::Service* service() override { return this; }
@@ -402,8 +420,10 @@ ParameterServiceAdapter::Create(ShardStore* store,
   if (store == nullptr) {
     return absl::InvalidArgumentError("ParameterService needs a shard store");
   }
-  if (options.wait_threads < 1) {
-    return absl::InvalidArgumentError("wait_threads must be >= 1");
+  if (options.wait_threads < 1 ||
+      options.max_wait_threads < options.wait_threads) {
+    return absl::InvalidArgumentError(
+        "wait_threads must be >= 1 and max_wait_threads >= wait_threads");
   }
   return std::make_unique<ServiceImpl>(store, options);
 }

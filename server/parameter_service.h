@@ -36,8 +36,10 @@ struct ParameterServiceOptions {
   // Largest response the server builds (a Pull of more chunks than fit is
   // refused with RESOURCE_EXHAUSTED; the client splits its pulls).
   int max_message_bytes = kDefaultMaxMessageBytes;
-  // Threads that serve pulls and pushes which must wait.
+  // Threads that serve pulls and pushes which must wait; more are started
+  // when all of them are waiting, up to max_wait_threads.
   int wait_threads = 8;
+  int max_wait_threads = 256;
   // Longest a call waits in the core, whatever the client's deadline.
   absl::Duration max_wait = absl::Minutes(5);
 };

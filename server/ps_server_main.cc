@@ -54,7 +54,8 @@ ABSL_FLAG(std::string, token_file, "",
           "pass the token itself on the command line.)");
 ABSL_FLAG(int, threads, 8,
           "Threads serving pulls and end-of-step pushes that must wait (BSP "
-          "barrier, SSP bound); the other calls run on gRPC's threads.");
+          "barrier, SSP bound) at start; more are started when all of them "
+          "wait, up to 32x this. The other calls run on gRPC's threads.");
 ABSL_FLAG(int, apply_threads, 0,
           "Threads that apply a BSP step's update when the step closes (the "
           "chunks are spread over them); 0: one per CPU core, at most 8.");
@@ -222,6 +223,7 @@ int Run() {
   service_options.token = *token;
   service_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   service_options.wait_threads = absl::GetFlag(FLAGS_threads);
+  service_options.max_wait_threads = 32 * service_options.wait_threads;
   absl::StatusOr<std::unique_ptr<ParameterServiceAdapter>> service =
       ParameterServiceAdapter::Create(store->get(), service_options);
   if (!service.ok()) {

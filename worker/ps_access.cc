@@ -19,11 +19,11 @@ namespace {
 // the pending ones reach kFlushBytes (so a small bias or output layer rides
 // with the next tensor's message), and under BSP whatever is pending at the
 // end of the step travels in the end-of-step message itself, whose answer
-// brings the next step's weights. With PullWithPushes (BSP, ASP), every
-// message sent during the step also asks back its own chunks' next weights,
-// which the shards send once they are applied (BSP: as soon as every
-// worker's gradient of them is in). Not thread-safe (one training loop
-// calls it).
+// brings the next step's weights. With PullWithPushes, every message sent
+// during the step also asks back its own chunks' next weights, which the
+// shards send once they are applied (BSP: as soon as every worker's
+// gradient of them is in; SSP: once the slowest worker is within the
+// bound). Not thread-safe (one training loop calls it).
 class PsAccess final : public ParameterAccess {
  public:
   // Big enough that biases and small layers share a message, small enough
@@ -55,11 +55,7 @@ class PsAccess final : public ParameterAccess {
   }
 
   void PullWithPushes(std::vector<absl::Span<float>> tensors) override {
-    // Not under SSP: there a push's pull may wait for the slowest worker
-    // on the shard's few wait threads, and a slow worker's own pulls (its
-    // next weights) could then queue behind the others' for a call
-    // timeout (tools/demo.sh stalled for tens of seconds).
-    if (model_ != ConsistencySpec::SSP) pull_into_ = std::move(tensors);
+    pull_into_ = std::move(tensors);
   }
 
   absl::Status PushPart(int64_t clock, int64_t base_version, int index,

@@ -60,9 +60,9 @@ class ParameterAccess {
   // Every push from now on may also ask back the next step's weights of
   // its chunks into `tensors` (the buffers later passed to
   // StartFinishAndPull), which then arrive while the step still runs
-  // (PsAccess: under BSP and ASP). Only for a caller that no longer reads a
-  // tensor once it pushed its gradient (kernels::Mlp::StepHooks). Ignored
-  // by default.
+  // (PsAccess: in every consistency model). Only for a caller that no longer
+  // reads a tensor once it pushed its gradient (kernels::Mlp::StepHooks).
+  // Ignored by default.
   virtual void PullWithPushes(std::vector<absl::Span<float>> tensors) {
     (void)tensors;
   }
