@@ -393,8 +393,12 @@ class ShardStoreImpl final : public ShardStore {
   void ApplyStep(Job& job, int64_t step, const std::vector<int64_t>& workers);
   // BSP: applies `chunk`'s update of `step` now if every worker of
   // `active` has staged its complete (final) gradient of it; true if so.
+  // With `incoming` (a final gradient being pushed by worker
+  // `incoming_worker`, not staged): that worker's part is `incoming`.
   static bool ApplyIfComplete(const Job& job, ChunkState& chunk, int64_t step,
-                              const std::vector<int64_t>& active, float lr)
+                              const std::vector<int64_t>& active, float lr,
+                              int64_t incoming_worker = -1,
+                              absl::Span<const float> incoming = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
   void SetMembers(Job& job, const std::vector<int64_t>& ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
@@ -851,25 +855,39 @@ void ShardStoreImpl::ApplyStep(Job& job, int64_t step,
 bool ShardStoreImpl::ApplyIfComplete(const Job& job, ChunkState& chunk,
                                      int64_t step,
                                      const std::vector<int64_t>& active,
-                                     float lr) {
+                                     float lr, int64_t incoming_worker,
+                                     absl::Span<const float> incoming) {
   if (active.empty() || chunk.applied_step >= step) return false;
+  std::vector<std::vector<float>*> staged;
   for (int64_t w : active) {
+    if (w == incoming_worker) continue;
     auto it = chunk.staged.find(w);
     if (it == chunk.staged.end() || it->second.step != step ||
         !it->second.final) {
       return false;
     }
+    staged.push_back(&it->second.grad);
   }
-  std::vector<float>& sum = chunk.staged[active[0]].grad;
-  for (size_t k = 1; k < active.size(); ++k) {
-    const std::vector<float>& g = chunk.staged[active[k]].grad;
-    AddLoop(sum.size(), g.data(), sum.data());
+  if (incoming_worker >= 0 && staged.size() == active.size()) {
+    return false;  // the incoming worker is not among `active`
+  }
+  absl::Span<const float> sum = incoming;
+  if (!staged.empty()) {
+    // Summed into the first staged gradient (dropped with the step).
+    std::vector<float>& first = *staged[0];
+    for (size_t k = 1; k < staged.size(); ++k) {
+      AddLoop(first.size(), staged[k]->data(), first.data());
+    }
+    if (incoming_worker >= 0) {
+      AddLoop(first.size(), incoming.data(), first.data());
+    }
+    sum = first;
   }
   // Kept for a checkpoint of the open step: the weights stay in `spare`.
   chunk.pre_slots = chunk.slots;
   UpdateChunk(*job.optimizer, lr, 1.0f / static_cast<float>(active.size()), sum,
               chunk);
-  for (auto& [w, staged] : chunk.staged) staged.step = -1;
+  for (auto& [w, grad] : chunk.staged) grad.step = -1;
   chunk.early_step = step;
   chunk.applied_step = step;
   return true;
@@ -1031,6 +1049,16 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
         if (chunk.early_step == args.clock) {
           // Applied already for this step: a gradient too late for it.
           ++early_dropped;
+          continue;
+        }
+        // This push completes the chunk: applied from the received
+        // gradient, without staging a copy of it.
+        auto own = chunk.staged.find(args.worker_id);
+        if (early &&
+            (own == chunk.staged.end() || own->second.step != args.clock) &&
+            ApplyIfComplete(*job, chunk, args.clock, active, lr, args.worker_id,
+                            grads[i])) {
+          applied_early.push_back(local);
           continue;
         }
         StagedGrad& st = chunk.staged[args.worker_id];
