@@ -258,14 +258,8 @@ absl::StatusOr<std::vector<int64_t>> Mlp::RowBlocks(
   return blocks;
 }
 
-absl::Status Mlp::Forward(int64_t batch, const StepHooks* hooks) {
-  std::vector<int64_t> blocks = {0, sizes_[0]};
-  if (hooks != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> b =
-        RowBlocks(hooks->first_weight_row_splits);
-    if (!b.ok()) return b.status();
-    blocks = *std::move(b);
-  }
+absl::Status Mlp::Forward(int64_t batch, const StepHooks* hooks,
+                          const std::vector<int64_t>& blocks) {
   auto use = [&](int index, int64_t begin, int64_t end) {
     return hooks != nullptr && hooks->before_use
                ? hooks->before_use(index, begin, end)
@@ -322,7 +316,7 @@ absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
   absl::StatusOr<int64_t> batch_or = LoadBatch(images, labels);
   if (!batch_or.ok()) return batch_or.status();
   const int64_t batch = *batch_or;
-  PS_KERNELS_RETURN_IF_ERROR(Forward(batch, &hooks));
+  PS_KERNELS_RETURN_IF_ERROR(Forward(batch, &hooks, blocks));
 
   const int last = num_layers() - 1;
   int cur = 0;

@@ -149,7 +149,9 @@ class Mlp {
   // Validates and uploads a batch; returns its size.
   absl::StatusOr<int64_t> LoadBatch(absl::Span<const float> images,
                                     absl::Span<const int32_t> labels);
-  absl::Status Forward(int64_t batch, const StepHooks* hooks = nullptr);
+  // `blocks`: fc0/weight's row blocks (RowBlocks); empty: one block.
+  absl::Status Forward(int64_t batch, const StepHooks* hooks = nullptr,
+                       const std::vector<int64_t>& blocks = {});
   // [0, splits..., input]: fc0/weight's row blocks (validated).
   absl::StatusOr<std::vector<int64_t>> RowBlocks(
       const std::vector<int64_t>& splits) const;

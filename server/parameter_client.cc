@@ -101,11 +101,6 @@ absl::Status Ticket::WaitForChunks(absl::Span<const int64_t> ids,
   return absl::InternalError("the pull ended without all of its chunks");
 }
 
-bool Ticket::has_version() const {
-  absl::MutexLock l(&state_->mu);
-  return state_->version != std::numeric_limits<int64_t>::max();
-}
-
 bool Ticket::Done() const {
   absl::MutexLock l(&state_->mu);
   return state_->pending == 0;

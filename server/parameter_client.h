@@ -115,9 +115,6 @@ class Ticket {
   int64_t version() const;
   // Once done: the slowest worker's clock the shards reported (pulls).
   int64_t min_clock() const;
-  // Whether version() is one the servers reported (false: no answer that
-  // carries a version, e.g. a push-and-pull whose messages asked nothing).
-  bool has_version() const;
   // Pulls: waits up to `timeout` until the chunks `ids` have been written
   // into the caller's tensors (a pull's parts arrive one by one). OK once
   // they are; the operation's error if it ended without them;

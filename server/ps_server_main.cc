@@ -210,8 +210,7 @@ int Run() {
   store_options.metrics = &metrics;
   store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
   if (store_options.apply_threads == 0) {
-    store_options.apply_threads = static_cast<int>(
-        std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+    store_options.apply_threads = DefaultApplyThreads();
   }
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
       ShardStore::Create(store_options);

@@ -8,6 +8,7 @@
 #include <deque>
 #include <filesystem>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -205,10 +206,24 @@ struct Job {
     return it == workers.end() || !it->second.active ||
            it->second.seq.contiguous >= seq;
   }
-  // BSP: the version chunk `local` is at (one ahead of the job's when it
-  // was applied before the open step closed).
-  int64_t ChunkVersion(int local) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return early_applied[local] == version ? version + 1 : version;
+  // BSP: the version a pull gets, the lowest of its chunks' (a chunk
+  // applied before the open step closed is one ahead of the job); the
+  // job's own with whole_step.
+  int64_t PullVersion(const PullArgs& args) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (args.whole_step || early_step != version) return version;
+    auto ahead = [&](int local) { return early_applied[local] == version; };
+    bool all = true;
+    if (args.chunk_ids.empty()) {
+      for (size_t local = 0; local < chunks.size() && all; ++local) {
+        all = ahead(static_cast<int>(local));
+      }
+    } else {
+      for (size_t k = 0; k < args.chunk_ids.size() && all; ++k) {
+        all = ahead(local_index[args.chunk_ids[k]]);
+      }
+    }
+    return all ? version + 1 : version;
   }
   int NumActive() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     int n = 0;
@@ -1178,26 +1193,8 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
       // Each chunk at min_version: chunks applied as they completed are
       // one version ahead of the open step.
       ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu) {
-        if (job->torn_down || job->shutting_down ||
-            job->version >= args.min_version) {
-          return true;
-        }
-        if (args.whole_step || job->early_step != job->version ||
-            job->version + 1 < args.min_version) {
-          return false;
-        }
-        if (args.chunk_ids.empty()) {
-          for (size_t local = 0; local < job->chunks.size(); ++local) {
-            if (job->early_applied[local] != job->version) return false;
-          }
-          return true;
-        }
-        for (int64_t id : args.chunk_ids) {
-          if (job->early_applied[job->local_index[id]] != job->version) {
-            return false;
-          }
-        }
-        return true;
+        return job->torn_down || job->shutting_down ||
+               job->PullVersion(args) >= args.min_version;
       };
     } else if (model == ConsistencySpec::SSP) {
       const int64_t bound = args.clock - job->spec.consistency().staleness();
@@ -1255,22 +1252,7 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
     absl::ReaderMutexLock al(&job->apply_mu);
     {
       absl::MutexLock jl(&job->mu);
-      // The lowest of the pulled chunks' versions.
-      result.version = job->version;
-      if (job->model() == ConsistencySpec::BSP && !args.whole_step &&
-          job->early_step == job->version) {
-        int64_t v = job->version + 1;
-        if (args.chunk_ids.empty()) {
-          for (size_t local = 0; local < job->chunks.size(); ++local) {
-            v = std::min(v, job->ChunkVersion(static_cast<int>(local)));
-          }
-        } else {
-          for (int64_t id : args.chunk_ids) {
-            v = std::min(v, job->ChunkVersion(job->local_index[id]));
-          }
-        }
-        result.version = v;
-      }
+      result.version = job->PullVersion(args);
     }
     auto emit = [&](ChunkState& chunk) {
       absl::MutexLock cl(&chunk.mu);
@@ -1616,6 +1598,11 @@ absl::StatusOr<ShardStatus> ShardStoreImpl::GetShardStatus(
 Clock* Clock::Real() {
   static Clock* const clock = new RealClock();
   return clock;
+}
+
+int DefaultApplyThreads() {
+  return static_cast<int>(
+      std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
 }
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(

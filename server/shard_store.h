@@ -77,6 +77,9 @@ struct ShardStoreOptions {
   int apply_threads = 1;
 };
 
+// The daemon's default apply_threads: one per CPU core, at most 8.
+int DefaultApplyThreads();
+
 // One chunk of a push: num_elements little-endian `dtype` values, either
 // contiguous in `data` or, when they arrived split over several receive
 // buffers, the concatenation of `segments` (then `data` is unused). The

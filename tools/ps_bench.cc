@@ -423,6 +423,32 @@ struct ApplyResult {
   std::vector<std::pair<int, double>> close_gbps;
 };
 
+// Sets up job `job_id` (`spec`, one shard, worker 1) on `store`; a push
+// of `g` to every chunk.
+server::PushArgs SetUpDenseJob(server::ShardStore& store,
+                               const std::string& job_id, const JobSpec& spec,
+                               const std::vector<float>& g) {
+  SetupJobRequest req;
+  req.set_job_id(job_id);
+  *req.mutable_spec() = spec;
+  req.set_num_shards(1);
+  req.add_worker_ids(1);
+  (void)store.SetupJob(req);
+  auto placement = *store.GetPlacement(job_id);
+  server::PushArgs args;
+  args.job_id = job_id;
+  args.worker_id = 1;
+  for (const Chunk& c : placement->chunks) {
+    server::PushChunk pc;
+    pc.chunk_id = c.chunk_id;
+    pc.num_elements = c.num_elements;
+    pc.data = absl::string_view(reinterpret_cast<const char*>(g.data()),
+                                c.num_elements * 4);
+    args.chunks.push_back(pc);
+  }
+  return args;
+}
+
 // GB/s of weights updated by a BSP step close (the end of step that closes
 // it: summing the staged gradient, momentum update) with `threads` apply
 // threads.
@@ -436,25 +462,11 @@ double StepCloseBandwidth(int64_t bytes, double seconds, int threads,
   spec.mutable_optimizer()->set_kind(OptimizerSpec::MOMENTUM);
   spec.mutable_optimizer()->set_momentum(0.9f);
   spec.mutable_data()->set_max_steps(1000000);
-  SetupJobRequest req;
-  req.set_job_id("close");
-  *req.mutable_spec() = spec;
-  req.set_num_shards(1);
-  req.add_worker_ids(1);
-  (void)store->SetupJob(req);
-  auto placement = *store->GetPlacement("close");
-  server::PushArgs push, end;
-  push.job_id = end.job_id = "close";
-  push.worker_id = end.worker_id = 1;
+  server::PushArgs push = SetUpDenseJob(*store, "close", spec, g);
+  server::PushArgs end;
+  end.job_id = push.job_id;
+  end.worker_id = push.worker_id;
   end.end_of_step = true;
-  for (const Chunk& c : placement->chunks) {
-    server::PushChunk pc;
-    pc.chunk_id = c.chunk_id;
-    pc.num_elements = c.num_elements;
-    pc.data = absl::string_view(reinterpret_cast<const char*>(g.data()),
-                                c.num_elements * 4);
-    push.chunks.push_back(pc);
-  }
   uint64_t seq = 0;
   int64_t step = 0;
   absl::Duration closing;
@@ -496,34 +508,18 @@ ApplyResult ApplyBandwidth(int64_t bytes, double seconds) {
       time_it([&] { opt->Apply(1e-6f, 1.0f, g, absl::MakeSpan(w), &slots); });
   // The whole shard Push path (validation, NaN check, apply) without gRPC.
   auto store = *server::ShardStore::Create({});
-  JobSpec spec = DenseSpec(bytes, 1);
-  SetupJobRequest req;
-  req.set_job_id("apply");
-  *req.mutable_spec() = spec;
-  req.set_num_shards(1);
-  req.add_worker_ids(1);
-  (void)store->SetupJob(req);
-  auto placement = *store->GetPlacement("apply");
-  server::PushArgs args;
-  args.job_id = "apply";
-  args.worker_id = 1;
-  for (const Chunk& c : placement->chunks) {
-    server::PushChunk pc;
-    pc.chunk_id = c.chunk_id;
-    pc.num_elements = c.num_elements;
-    pc.data = absl::string_view(reinterpret_cast<const char*>(g.data()),
-                                c.num_elements * 4);
-    args.chunks.push_back(pc);
-  }
+  server::PushArgs args =
+      SetUpDenseJob(*store, "apply", DenseSpec(bytes, 1), g);
   uint64_t seq = 0;
   r.push_gbps = time_it([&] {
     args.seq = ++seq;
     (void)store->Push(args, absl::InfiniteFuture());
   });
-  const int cores =
-      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // 1 thread against the daemon's default.
   std::vector<int> counts = {1};
-  if (cores > 1) counts.push_back(std::min(cores, 8));
+  if (server::DefaultApplyThreads() > 1) {
+    counts.push_back(server::DefaultApplyThreads());
+  }
   for (int threads : counts) {
     r.close_gbps.push_back(
         {threads, StepCloseBandwidth(bytes, seconds, threads, g)});

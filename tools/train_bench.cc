@@ -136,8 +136,7 @@ int Main() {
   server::ShardStoreOptions store_options;
   store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
   if (store_options.apply_threads == 0) {
-    store_options.apply_threads = static_cast<int>(
-        std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+    store_options.apply_threads = server::DefaultApplyThreads();
   }
   auto store = server::ShardStore::Create(store_options);
   auto adapter = server::ParameterServiceAdapter::Create(store->get(), {});

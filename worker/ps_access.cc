@@ -279,22 +279,10 @@ class PsAccess final : public ParameterAccess {
       return pulled;
     }
     // A refused push left its chunks without new weights: all pulled again.
+    // (The end of step always asks, for the version only if nothing is
+    // left, so its answer gives the version.)
     PS_ASSIGN_OR_RETURN(end.version, AwaitNextWeights(step.clock, step.end_pull,
                                                       refused, tensors));
-    if (refused || step.end_pull.has_version()) return end;
-    // The end of step had nothing left to ask for. BSP: the pushes'
-    // answers all carry the next version; ASP/SSP: the end of step's own
-    // version is the one that includes this worker's step.
-    if (model_ != ConsistencySpec::BSP) {
-      end.version = step.end.version();
-      return end;
-    }
-    bool any = false;
-    for (const server::Ticket& t : step.pulls) {
-      if (!t.has_version()) continue;
-      end.version = any ? std::min(end.version, t.version()) : t.version();
-      any = true;
-    }
     return end;
   }
 

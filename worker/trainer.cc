@@ -332,16 +332,12 @@ absl::StatusOr<TrainResult> Train(
       version = end.version;
       return catch_up();
     };
+    // All of the incoming weights (false: the job's steps are done).
     auto await_incoming = [&]() -> absl::StatusOr<bool> {
       std::unique_ptr<ParameterAccess::StepEndInProgress> in =
           std::move(incoming);
       absl::StatusOr<ParameterAccess::StepEnd> end = in->Wait();
       if (!end.ok()) return end.status();
-      if (!direct) {
-        for (int i = 0; i < mlp->num_parameters(); ++i) {
-          PS_RETURN_IF_ERROR(mlp->SetParameter(i, weights[i]));
-        }
-      }
       return arrived(*end);
     };
     // The evaluator needs all of the weights before the step.
@@ -350,6 +346,9 @@ absl::StatusOr<TrainResult> Train(
       if (!more) {
         prefetcher->Recycle(*std::move(b));
         break;
+      }
+      for (int i = 0; i < mlp->num_parameters() && !direct; ++i) {
+        PS_RETURN_IF_ERROR(mlp->SetParameter(i, weights[i]));
       }
     }
     const bool arriving = incoming != nullptr;
@@ -417,11 +416,10 @@ absl::StatusOr<TrainResult> Train(
       };
       hooks.before_backward = [&]() -> absl::Status {
         const absl::Time w0 = absl::Now();
-        absl::StatusOr<ParameterAccess::StepEnd> end = incoming->Wait();
-        incoming.reset();
+        absl::StatusOr<bool> more = await_incoming();
         awaited += absl::Now() - w0;
-        if (!end.ok()) return end.status();
-        if (!arrived(*end)) {
+        PS_RETURN_IF_ERROR(more.status());
+        if (!*more) {
           finished = true;
           return absl::CancelledError("the job's steps are done");
         }
