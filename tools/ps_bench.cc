@@ -12,8 +12,11 @@
 // bytes of both directions) and the median step latency. Ceilings: a plain
 // TCP socket ping-pong, and gRPC echoing raw grpc::ByteBuffer slices (no
 // protobuf) on 1 and 2 connections, both carrying the same bytes in the same
-// piece size as the parameter client. Last: server-side SGD apply GB/s (the
-// optimizer loop, and the whole shard Push path) vs memcpy.
+// piece size as the parameter client. With --pairs=N, the 1-shard 1-worker
+// case and the raw echo (same connections) are measured in turn N times per
+// size and the ratio summarised by its median and range: loopback figures
+// on a small machine drift between measurements. Last: server-side SGD apply
+// GB/s (the optimizer loop, and the whole shard Push path) vs memcpy.
 #include <arpa/inet.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -63,6 +66,10 @@ ABSL_FLAG(int, connections, 2, "TCP connections per shard (client).");
 ABSL_FLAG(int64_t, max_request_bytes, 4 << 20,
           "Payload bytes per Push/Pull message.");
 ABSL_FLAG(std::string, out, "", "Also write the markdown report here.");
+ABSL_FLAG(int, pairs, 0,
+          "Also measure the 1-shard, 1-worker case and the raw gRPC echo in "
+          "turn this many times per size, and give the median ratio and its "
+          "range (0: off).");
 ABSL_FLAG(bool, fused, true,
           "Steps as the worker runs them: the gradients pushed with the end "
           "of step, whose answer carries the next step's weights (one round "
@@ -603,6 +610,43 @@ int Main() {
             r.steps_per_s, r.gbps / raw, r.gbps / tcp[i].first,
             r.error.empty() ? "" : " error: " + r.error));
       }
+    }
+  }
+  if (const int pairs = absl::GetFlag(FLAGS_pairs); pairs > 0) {
+    emit(absl::StrFormat(
+        "\n## Paired: 1 shard, 1 worker against the raw gRPC echo (%d "
+        "connection(s)), measured in turn %d times\n",
+        connections, pairs));
+    emit(
+        "| model | ps/raw median | min | max | ps GB/s median | raw GB/s "
+        "median |");
+    emit("|---|---|---|---|---|---|");
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      const size_t n = v.size();
+      return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+    };
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<double> ratio, ps, raw;
+      for (int k = 0; k < pairs; ++k) {
+        const double r =
+            GrpcRawCeiling(sizes[i], connections, piece, seconds).first;
+        const CaseResult c = RunCase(sizes[i], 1, 1);
+        if (!c.error.empty()) {
+          emit(absl::StrFormat("| %s | error: %s |", SizeName(sizes[i]),
+                               c.error));
+          break;
+        }
+        raw.push_back(r);
+        ps.push_back(c.gbps);
+        ratio.push_back(c.gbps / r);
+      }
+      if (ratio.empty()) continue;
+      emit(absl::StrFormat("| %s | %.2fx | %.2fx | %.2fx | %.2f | %.2f |",
+                           SizeName(sizes[i]), median(ratio),
+                           *std::min_element(ratio.begin(), ratio.end()),
+                           *std::max_element(ratio.begin(), ratio.end()),
+                           median(ps), median(raw)));
     }
   }
   emit("\n## Server-side apply (64 MB of fp32)\n");

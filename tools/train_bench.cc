@@ -1,8 +1,10 @@
 // PS overhead benchmark (issue 5): one worker's training throughput through a
 // real parameter server (1 shard, gRPC on loopback, in this process) against
 // the same worker loop with no pull/push, at batch 128 and 512, in one run.
+// With --repeats=N each ratio is measured N times (each against a fresh
+// compute-only measurement) and summarised by its median and range.
 //
-//   bazel run -c opt //tools:train_bench -- --steps=400
+//   bazel run -c opt //tools:train_bench -- --steps=1000 --repeats=5
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -27,6 +29,9 @@
 #include "worker/trainer.h"
 
 ABSL_FLAG(int, steps, 400, "Training steps per measurement.");
+ABSL_FLAG(int, repeats, 1,
+          "Measurements of each case, each mode's after a fresh compute-only "
+          "one; the summary gives the median and range of the ratios.");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads of the worker.");
 ABSL_FLAG(std::string, batches, "128,512", "Batch sizes to measure.");
 ABSL_FLAG(int, apply_threads, 0,
@@ -150,55 +155,93 @@ int Main() {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   const std::string address = absl::StrCat("127.0.0.1:", port);
 
-  std::printf("MLP 784-256-128-10 on the CPU (%d BLAS thread), %d steps each\n",
-              absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_steps));
-  std::printf("%6s %-11s %16s %16s %7s\n", "batch", "mode", "compute ex/s",
-              "with PS ex/s", "ratio");
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  if (repeats < 1) {
+    std::fprintf(stderr, "--repeats must be >= 1\n");
+    return 2;
+  }
+  std::vector<std::string> modes;
+  for (absl::string_view m :
+       absl::StrSplit(absl::GetFlag(FLAGS_consistency), ',')) {
+    const std::string mode(m);
+    if (mode != "BSP" && mode != "ASP" && mode != "SSP" &&
+        mode != "ASP+overlap") {
+      std::fprintf(stderr, "--consistency: unknown model '%s'\n", mode.c_str());
+      return 2;
+    }
+    modes.push_back(mode);
+  }
+  std::printf(
+      "MLP 784-256-128-10 on the CPU (%d BLAS thread), %d steps each, %d "
+      "repeat(s)\n",
+      absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_steps), repeats);
+  std::printf("%6s %-11s %6s %16s %16s %7s\n", "batch", "mode", "repeat",
+              "compute ex/s", "with PS ex/s", "ratio");
+  // Each ratio divides by the compute-only loop measured in the same
+  // repeat, just before: the machine's speed drifts over a run.
+  std::vector<std::pair<std::string, std::vector<double>>> ratios;
   int job = 0;
   for (absl::string_view b :
        absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     const int batch = std::stoi(std::string(b));
+    const size_t first = ratios.size();
+    for (const std::string& mode : modes) {
+      ratios.push_back({absl::StrCat(batch, " ", mode), {}});
+    }
     // The compute-only loop is the same for every mode.
     const JobSpec plain = Spec(batch, absl::GetFlag(FLAGS_steps), "BSP");
     NoParams none;
     Run(plain, &none, data, backend->get(), "warmup", {});
-    const double compute = Run(plain, &none, data, backend->get(), "none", {});
-    for (absl::string_view m :
-         absl::StrSplit(absl::GetFlag(FLAGS_consistency), ',')) {
-      const std::string mode(m);
-      if (mode != "BSP" && mode != "ASP" && mode != "SSP" &&
-          mode != "ASP+overlap") {
-        std::fprintf(stderr, "--consistency: unknown model '%s'\n",
-                     mode.c_str());
-        return 2;
+    for (int rep = 1; rep <= repeats; ++rep) {
+      const double compute =
+          Run(plain, &none, data, backend->get(), "none", {});
+      for (size_t k = 0; k < modes.size(); ++k) {
+        const std::string& mode = modes[k];
+        const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps), mode);
+        const std::string job_id = absl::StrCat("bench-", ++job);
+        SetupJobRequest setup;
+        setup.set_job_id(job_id);
+        *setup.mutable_spec() = spec;
+        setup.set_shard_index(0);
+        setup.set_num_shards(1);
+        setup.add_worker_ids(1);
+        if (auto s = (*store)->SetupJob(setup); !s.ok()) {
+          std::fprintf(stderr, "setup: %s\n",
+                       std::string(s.status().message()).c_str());
+          return 1;
+        }
+        WorkerAssignment a;
+        a.set_job_id(job_id);
+        *a.mutable_spec() = spec;
+        a.add_server_addresses(address);
+        worker::PsAccessOptions ao;
+        ao.member_id = 1;
+        auto access = worker::CreatePsAccess(a, ao);
+        if (!access.ok()) return 1;
+        const double with_ps =
+            Run(spec, access->get(), data, backend->get(), job_id, {address});
+        std::printf("%6d %-11s %6d %16.0f %16.0f %7.2f\n", batch, mode.c_str(),
+                    rep, compute, with_ps, with_ps / compute);
+        std::fflush(stdout);
+        ratios[first + k].second.push_back(with_ps / compute);
+        // Frees the job's shard memory before the next one.
+        TeardownJobRequest teardown;
+        teardown.set_job_id(job_id);
+        (void)(*store)->TeardownJob(teardown);
       }
-      const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps), mode);
-      const std::string job_id = absl::StrCat("bench-", ++job);
-      SetupJobRequest setup;
-      setup.set_job_id(job_id);
-      *setup.mutable_spec() = spec;
-      setup.set_shard_index(0);
-      setup.set_num_shards(1);
-      setup.add_worker_ids(1);
-      if (auto s = (*store)->SetupJob(setup); !s.ok()) {
-        std::fprintf(stderr, "setup: %s\n",
-                     std::string(s.status().message()).c_str());
-        return 1;
-      }
-      WorkerAssignment a;
-      a.set_job_id(job_id);
-      *a.mutable_spec() = spec;
-      a.add_server_addresses(address);
-      worker::PsAccessOptions ao;
-      ao.member_id = 1;
-      auto access = worker::CreatePsAccess(a, ao);
-      if (!access.ok()) return 1;
-      const double with_ps =
-          Run(spec, access->get(), data, backend->get(), job_id, {address});
-      std::printf("%6d %-11s %16.0f %16.0f %7.2f\n", batch, mode.c_str(),
-                  compute, with_ps, with_ps / compute);
-      std::fflush(stdout);
     }
+  }
+  std::printf("\nratio to the compute-only loop over %d repeat(s)\n", repeats);
+  std::printf("%6s %-11s %7s %7s %7s\n", "batch", "mode", "median", "min",
+              "max");
+  for (auto& [name, r] : ratios) {
+    std::sort(r.begin(), r.end());
+    const size_t n = r.size();
+    const double median =
+        n % 2 == 1 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2.0;
+    const std::vector<std::string> parts = absl::StrSplit(name, ' ');
+    std::printf("%6s %-11s %7.2f %7.2f %7.2f\n", parts[0].c_str(),
+                parts[1].c_str(), median, r.front(), r.back());
   }
   server->Shutdown();
   (*adapter)->Stop();
