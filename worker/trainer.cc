@@ -54,8 +54,6 @@ std::vector<int64_t> FirstLayerRowSplits(const std::vector<int64_t>& parts,
   return out;
 }
 
-namespace {}  // namespace
-
 absl::StatusOr<ParameterAccess::StepEnd> ParameterAccess::FinishAndPull(
     int64_t clock, std::vector<absl::Span<float>> tensors) {
   StepEnd end;
