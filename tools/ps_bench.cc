@@ -621,11 +621,6 @@ int Main() {
         "| model | ps/raw median | min | max | ps GB/s median | raw GB/s "
         "median |");
     emit("|---|---|---|---|---|---|");
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      const size_t n = v.size();
-      return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-    };
     for (size_t i = 0; i < sizes.size(); ++i) {
       std::vector<double> ratio, ps, raw;
       for (int k = 0; k < pairs; ++k) {
@@ -643,10 +638,10 @@ int Main() {
       }
       if (ratio.empty()) continue;
       emit(absl::StrFormat("| %s | %.2fx | %.2fx | %.2fx | %.2f | %.2f |",
-                           SizeName(sizes[i]), median(ratio),
+                           SizeName(sizes[i]), Median(ratio),
                            *std::min_element(ratio.begin(), ratio.end()),
                            *std::max_element(ratio.begin(), ratio.end()),
-                           median(ps), median(raw)));
+                           Median(ps), Median(raw)));
     }
   }
   emit("\n## Server-side apply (64 MB of fp32)\n");

@@ -179,14 +179,19 @@ int Main() {
               "compute ex/s", "with PS ex/s", "ratio");
   // Each ratio divides by the compute-only loop measured in the same
   // repeat, just before: the machine's speed drifts over a run.
-  std::vector<std::pair<std::string, std::vector<double>>> ratios;
+  struct Ratios {
+    int batch;
+    std::string mode;
+    std::vector<double> values;  // one per repeat
+  };
+  std::vector<Ratios> ratios;
   int job = 0;
   for (absl::string_view b :
        absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     const int batch = std::stoi(std::string(b));
     const size_t first = ratios.size();
     for (const std::string& mode : modes) {
-      ratios.push_back({absl::StrCat(batch, " ", mode), {}});
+      ratios.push_back({batch, mode, {}});
     }
     // The compute-only loop is the same for every mode.
     const JobSpec plain = Spec(batch, absl::GetFlag(FLAGS_steps), "BSP");
@@ -223,7 +228,7 @@ int Main() {
         std::printf("%6d %-11s %6d %16.0f %16.0f %7.2f\n", batch, mode.c_str(),
                     rep, compute, with_ps, with_ps / compute);
         std::fflush(stdout);
-        ratios[first + k].second.push_back(with_ps / compute);
+        ratios[first + k].values.push_back(with_ps / compute);
         // Frees the job's shard memory before the next one.
         TeardownJobRequest teardown;
         teardown.set_job_id(job_id);
@@ -234,14 +239,14 @@ int Main() {
   std::printf("\nratio to the compute-only loop over %d repeat(s)\n", repeats);
   std::printf("%6s %-11s %7s %7s %7s\n", "batch", "mode", "median", "min",
               "max");
-  for (auto& [name, r] : ratios) {
-    std::sort(r.begin(), r.end());
-    const size_t n = r.size();
+  for (Ratios& r : ratios) {
+    std::vector<double>& v = r.values;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
     const double median =
-        n % 2 == 1 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2.0;
-    const std::vector<std::string> parts = absl::StrSplit(name, ' ');
-    std::printf("%6s %-11s %7.2f %7.2f %7.2f\n", parts[0].c_str(),
-                parts[1].c_str(), median, r.front(), r.back());
+        n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+    std::printf("%6d %-11s %7.2f %7.2f %7.2f\n", r.batch, r.mode.c_str(),
+                median, v.front(), v.back());
   }
   server->Shutdown();
   (*adapter)->Stop();
