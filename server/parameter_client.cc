@@ -36,6 +36,14 @@ struct TicketState {
   int64_t dropped ABSL_GUARDED_BY(mu) = 0;
   // Pulls: by chunk id, whether it has been written into the tensors.
   std::vector<bool> arrived ABSL_GUARDED_BY(mu);
+  // ParameterClientOptions::wait_spin.
+  absl::Duration spin;
+  // Bumped on every change a waiter may be waiting for, so that a spinning
+  // waiter takes the lock only when there is something new to see.
+  std::atomic<uint64_t> changes{0};
+
+  explicit TicketState(absl::Duration spin = absl::ZeroDuration())
+      : spin(spin) {}
 
   void MarkArrived(const std::vector<int64_t>& ids) {
     absl::MutexLock l(&mu);
@@ -43,6 +51,7 @@ struct TicketState {
       if (id >= static_cast<int64_t>(arrived.size())) arrived.resize(id + 1);
       arrived[id] = true;
     }
+    changes.fetch_add(1, std::memory_order_release);
   }
   bool Arrived(int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return id >= 0 && id < static_cast<int64_t>(arrived.size()) && arrived[id];
@@ -56,6 +65,37 @@ struct TicketState {
     absl::MutexLock l(&mu);
     if (!s.ok() && status.ok()) status = s;
     --pending;
+    changes.fetch_add(1, std::memory_order_release);
+  }
+
+  // Before a blocking wait: polls `ready` (which needs `mu`) each time the
+  // state changes, for up to `spin` (at most `timeout`). True once it holds.
+  template <typename Ready>
+  bool Spin(Ready ready, absl::Duration timeout) {
+    if (spin <= absl::ZeroDuration()) return false;
+    const absl::Time until = absl::Now() + std::min(spin, timeout);
+    uint64_t seen = changes.load(std::memory_order_acquire);
+    {
+      absl::MutexLock l(&mu);
+      if (ready()) return true;
+    }
+    while (absl::Now() < until) {
+      for (int k = 0; k < 32; ++k) CpuRelax();
+      const uint64_t now = changes.load(std::memory_order_acquire);
+      if (now == seen) continue;
+      seen = now;
+      absl::MutexLock l(&mu);
+      if (ready()) return true;
+    }
+    return false;
+  }
+
+  static void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
   }
 };
 
@@ -63,14 +103,16 @@ struct TicketState {
 
 using internal::TicketState;
 
-Ticket::Ticket() : state_(std::make_shared<TicketState>()) {}
+Ticket::Ticket()
+    : state_(std::make_shared<TicketState>(absl::ZeroDuration())) {}
 Ticket::Ticket(std::shared_ptr<TicketState> state) : state_(std::move(state)) {}
 
 absl::Status Ticket::Wait(absl::Duration timeout) const {
-  absl::MutexLock l(&state_->mu);
   auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
     return state_->pending == 0;
   };
+  state_->Spin(done, timeout);
+  absl::MutexLock l(&state_->mu);
   if (!state_->mu.AwaitWithTimeout(absl::Condition(&done), timeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "operation still running after ", absl::FormatDuration(timeout), " (",
@@ -81,7 +123,6 @@ absl::Status Ticket::Wait(absl::Duration timeout) const {
 
 absl::Status Ticket::WaitForChunks(absl::Span<const int64_t> ids,
                                    absl::Duration timeout) const {
-  absl::MutexLock l(&state_->mu);
   auto all_arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
     for (int64_t id : ids) {
       if (!state_->Arrived(id)) return false;
@@ -91,6 +132,8 @@ absl::Status Ticket::WaitForChunks(absl::Span<const int64_t> ids,
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
     return state_->pending == 0 || all_arrived();
   };
+  state_->Spin(ready, timeout);
+  absl::MutexLock l(&state_->mu);
   if (!state_->mu.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "chunks still on the way after ", absl::FormatDuration(timeout), " (",
@@ -610,7 +653,7 @@ void ClientImpl::StartPull(const std::shared_ptr<TicketState>& ticket,
 
 Ticket ClientImpl::PullAll(int64_t clock, int64_t min_version,
                            std::vector<absl::Span<float>> tensors) {
-  auto ticket = std::make_shared<TicketState>();
+  auto ticket = std::make_shared<TicketState>(options_.wait_spin);
   if (absl::Status s = CheckTensors("PullAll", tensors); !s.ok()) {
     ticket->status = s;
     return Ticket(ticket);
@@ -765,7 +808,7 @@ ClientImpl::Split(absl::string_view what, const std::vector<TensorGrad>& grads,
 
 Ticket ClientImpl::PushTensors(std::vector<TensorGrad> grads, int64_t clock,
                                int64_t base_version) {
-  auto ticket = std::make_shared<TicketState>();
+  auto ticket = std::make_shared<TicketState>(options_.wait_spin);
   absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>> messages =
       Split("PushTensors", grads);
   if (!messages.ok()) {
@@ -784,7 +827,7 @@ Ticket ClientImpl::PushTensors(std::vector<TensorGrad> grads, int64_t clock,
 }
 
 Ticket ClientImpl::EndStep(int64_t clock, int64_t base_version) {
-  auto ticket = std::make_shared<TicketState>();
+  auto ticket = std::make_shared<TicketState>(options_.wait_spin);
   ticket->Add(placement_.num_shards);
   for (int s = 0; s < placement_.num_shards; ++s) {
     SendPush(s, {}, clock, base_version, true, ticket);
@@ -871,8 +914,8 @@ ParameterClient::StepTickets ClientImpl::EndStepAndPull(
     int64_t next_clock, int64_t min_version,
     std::vector<absl::Span<float>> tensors,
     const std::vector<int64_t>& already_asked) {
-  auto end = std::make_shared<TicketState>();
-  auto pull = std::make_shared<TicketState>();
+  auto end = std::make_shared<TicketState>(options_.wait_spin);
+  auto pull = std::make_shared<TicketState>(options_.wait_spin);
   absl::Status bad = CheckTensors("EndStepAndPull", tensors);
   absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>> messages =
       Split("EndStepAndPull", grads,
@@ -955,8 +998,8 @@ ParameterClient::StepTickets ClientImpl::PushTensorsAndPull(
     std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
     int64_t next_clock, int64_t min_version,
     std::vector<absl::Span<float>> tensors) {
-  auto end = std::make_shared<TicketState>();
-  auto pull = std::make_shared<TicketState>();
+  auto end = std::make_shared<TicketState>(options_.wait_spin);
+  auto pull = std::make_shared<TicketState>(options_.wait_spin);
   absl::Status bad = CheckTensors("PushTensorsAndPull", tensors);
   absl::StatusOr<std::vector<std::vector<std::vector<ChunkOut>>>> messages =
       Split("PushTensorsAndPull", grads);

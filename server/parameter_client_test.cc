@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -171,6 +172,57 @@ TEST(ParameterClient, TicketWaitIsBounded) {
   ASSERT_TRUE(pull.Wait(kWait).ok());
   EXPECT_EQ(pull.version(), 1);
   for (float x : weights.w) ASSERT_EQ(x, 1.0f);
+}
+
+// With wait_spin, Wait and WaitForChunks poll before they sleep: they keep
+// their timeout (shorter than the spin), and they see the result whether it
+// lands while they poll (a spin of 2 s, the other worker's gradient after
+// 5 ms) or after they fell asleep (a spin of 1 ms, the gradient after
+// 200 ms).
+TEST(ParameterClient, SpinningWaitsKeepTheirTimeoutAndSeeTheResult) {
+  struct Case {
+    absl::Duration spin, arrival;
+  };
+  for (const Case& c : {Case{absl::Seconds(2), absl::Milliseconds(5)},
+                        Case{absl::Milliseconds(1), absl::Milliseconds(200)}}) {
+    SCOPED_TRACE(absl::StrCat("spin ", absl::FormatDuration(c.spin)));
+    Cluster cluster(1, Spec(ConsistencySpec::BSP));
+    ParameterClientOptions options;
+    options.wait_spin = c.spin;
+    auto w1 = cluster.Client(1, options);
+    auto w2 = cluster.Client(2);
+    const std::vector<float> g1w(1000, 1.0f), g1b(30, 1.0f);
+    const std::vector<float> g2w(1000, 3.0f), g2b(30, 3.0f);
+    for (Ticket t : {w1->PushTensor(0, g1w, 0), w1->PushTensor(1, g1b, 0),
+                     w1->EndStep(0)}) {
+      ASSERT_TRUE(t.Wait(kWait).ok());
+    }
+    Weights weights;
+    Ticket pull = w1->PullAll(1, 1, weights.spans());
+    std::vector<int64_t> all_chunks;
+    for (size_t id = 0; id < cluster.placement().chunks.size(); ++id) {
+      all_chunks.push_back(static_cast<int64_t>(id));
+    }
+    const absl::Time t0 = absl::Now();
+    EXPECT_EQ(pull.Wait(absl::Milliseconds(10)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ(pull.WaitForChunks(all_chunks, absl::Milliseconds(10)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(1));  // not the 2 s spin
+    std::thread other([&] {
+      absl::SleepFor(c.arrival);
+      for (Ticket t : {w2->PushTensor(0, g2w, 0), w2->PushTensor(1, g2b, 0),
+                       w2->EndStep(0)}) {
+        EXPECT_TRUE(t.Wait(kWait).ok());
+      }
+    });
+    EXPECT_TRUE(pull.WaitForChunks(all_chunks, kWait).ok());
+    EXPECT_TRUE(pull.Wait(kWait).ok());
+    other.join();
+    EXPECT_EQ(pull.version(), 1);
+    for (float x : weights.w) ASSERT_EQ(x, 0.0f);  // 2 - mean(1, 3)
+    for (float x : weights.b) ASSERT_EQ(x, 0.0f);
+  }
 }
 
 // EndStepAndPull: the gradients go with the end of step and its answer

@@ -37,6 +37,9 @@ ABSL_FLAG(std::string, batches, "128,512", "Batch sizes to measure.");
 ABSL_FLAG(int, apply_threads, 0,
           "The shard's BSP apply threads (ps_server --apply_threads); 0: one "
           "per CPU core, at most 8, as the daemon.");
+ABSL_FLAG(int, wait_spin_us, 300,
+          "How long the worker polls for weights on their way before it "
+          "sleeps (ps_worker --wait_spin_us).");
 ABSL_FLAG(std::string, consistency, "BSP",
           "Consistency models to measure through the PS, comma-separated: "
           "BSP, ASP, SSP (bound 3), ASP+overlap (overlap_communication).");
@@ -221,6 +224,7 @@ int Main() {
         a.add_server_addresses(address);
         worker::PsAccessOptions ao;
         ao.member_id = 1;
+        ao.wait_spin = absl::Microseconds(absl::GetFlag(FLAGS_wait_spin_us));
         auto access = worker::CreatePsAccess(a, ao);
         if (!access.ok()) return 1;
         const double with_ps =

@@ -407,6 +407,7 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
   co.retry.max_backoff = absl::Seconds(1);
   co.retry.total_deadline = options.retry_deadline;
   co.incarnation = a.incarnation();
+  co.wait_spin = options.wait_spin;
   co.pipeline_step_end = a.spec().consistency().model() != ConsistencySpec::BSP;
   PS_ASSIGN_OR_RETURN(auto client,
                       server::ParameterClient::Create(

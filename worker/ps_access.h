@@ -23,6 +23,10 @@ struct PsAccessOptions {
   // How long one pull or step may keep failing or waiting before the worker
   // gives up and reports (UNAVAILABLE names the shard).
   absl::Duration retry_deadline = absl::Seconds(60);
+  // How long the training loop polls for weights on their way before it
+  // sleeps (server::ParameterClientOptions::wait_spin); zero: it sleeps at
+  // once.
+  absl::Duration wait_spin = absl::Microseconds(300);
   // Set by the daemon to stop waiting (job cancelled, SIGTERM).
   const std::atomic<bool>* stop = nullptr;
 };
