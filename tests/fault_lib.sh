@@ -78,7 +78,7 @@ submit() { psctl submit "$1" | head -n1; }
 # Starts one more ps_worker by hand, as `psctl cluster up` does.
 start_worker() {
   "$R/worker/ps_worker" --coordinator="$(coordinator_addr)" \
-    --token_file="$RUN/token" --cpu_threads=1 --device=cpu "$@" \
+    --token_file="$RUN/token" --cpu_threads=1 --device=cpu --wait_spin_us=0 "$@" \
     >>"$RUN/logs/worker-extra.log" 2>&1 &
   EXTRA_PIDS+=($!)
 }

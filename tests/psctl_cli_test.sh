@@ -35,6 +35,14 @@ has "WORKER" "$T/out" "members listed"
 has "ALIVE" "$T/out" "members alive"
 has "SERVER .*SERVING" "$T/out" "servers answer the gRPC health check"
 has "coordinator 127.0.0.1:[0-9]*: SERVING" "$T/out" "the coordinator answers the gRPC health check"
+# Workers poll for their weights unless the cluster has more daemons (here
+# 3) than cores: then they are told to sleep at once.
+tr '\0' ' ' < "/proc/$(cat "$RUN/pids/worker-0.pid")/cmdline" > "$T/cmdline"
+if (( 3 > $(nproc) )); then
+  has "--wait_spin_us=0" "$T/cmdline" "no polling on an oversubscribed machine"
+elif grep -q -- "--wait_spin_us" "$T/cmdline"; then
+  echo "FAIL: --wait_spin_us passed with $(nproc) cores for 3 daemons"; fails=$((fails + 1))
+fi
 
 expect 4 "status of an unknown job" -- psctl status job-nope
 expect 4 "cancel of an unknown job" -- psctl cancel job-nope
