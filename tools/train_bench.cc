@@ -17,6 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -261,6 +262,10 @@ int Main() {
 }  // namespace ps
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "train_bench: the parameter server's overhead on one training worker: "
+      "examples/s of the Fashion-MNIST MLP through one in-process shard over "
+      "loopback gRPC, against the same worker's compute-only loop.");
   absl::ParseCommandLine(argc, argv);
   return ps::Main();
 }
