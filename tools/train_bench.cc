@@ -18,6 +18,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -38,9 +39,11 @@ ABSL_FLAG(std::string, batches, "128,512", "Batch sizes to measure.");
 ABSL_FLAG(int, apply_threads, 0,
           "The shard's BSP apply threads (ps_server --apply_threads); 0: one "
           "per CPU core, at most 8, as the daemon.");
-ABSL_FLAG(int, wait_spin_us, 300,
+ABSL_FLAG(std::string, wait_spin_us, "300",
           "How long the worker polls for weights on their way before it "
-          "sleeps (ps_worker --wait_spin_us).");
+          "sleeps (ps_worker --wait_spin_us), in microseconds. Several, "
+          "comma-separated: each mode is measured with each in turn, right "
+          "after the same compute-only loop (an A/B within one run).");
 ABSL_FLAG(std::string, consistency, "BSP",
           "Consistency models to measure through the PS, comma-separated: "
           "BSP, ASP, SSP (bound 3), ASP+overlap (overlap_communication).");
@@ -175,11 +178,35 @@ int Main() {
     }
     modes.push_back(mode);
   }
+  std::vector<int> spins;
+  for (absl::string_view v :
+       absl::StrSplit(absl::GetFlag(FLAGS_wait_spin_us), ',')) {
+    int us = -1;
+    if (!absl::SimpleAtoi(v, &us) || us < 0) {
+      std::fprintf(stderr, "--wait_spin_us: '%s' is not a number >= 0\n",
+                   std::string(v).c_str());
+      return 2;
+    }
+    spins.push_back(us);
+  }
+  // What is measured: each mode with each spin.
+  struct Case {
+    std::string mode, label;
+    int spin_us;
+  };
+  std::vector<Case> cases;
+  for (const std::string& mode : modes) {
+    for (int us : spins) {
+      cases.push_back(
+          {mode, spins.size() > 1 ? absl::StrCat(mode, " ", us, "us") : mode,
+           us});
+    }
+  }
   std::printf(
       "MLP 784-256-128-10 on the CPU (%d BLAS thread), %d steps each, %d "
       "repeat(s)\n",
       absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_steps), repeats);
-  std::printf("%6s %-11s %6s %16s %16s %7s\n", "batch", "mode", "repeat",
+  std::printf("%6s %-17s %6s %16s %16s %7s\n", "batch", "mode", "repeat",
               "compute ex/s", "with PS ex/s", "ratio");
   // Each ratio divides by the compute-only loop measured in the same
   // repeat, just before: the machine's speed drifts over a run.
@@ -194,9 +221,7 @@ int Main() {
        absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
     const int batch = std::stoi(std::string(b));
     const size_t first = ratios.size();
-    for (const std::string& mode : modes) {
-      ratios.push_back({batch, mode, {}});
-    }
+    for (const Case& c : cases) ratios.push_back({batch, c.label, {}});
     // The compute-only loop is the same for every mode.
     const JobSpec plain = Spec(batch, absl::GetFlag(FLAGS_steps), "BSP");
     NoParams none;
@@ -204,9 +229,9 @@ int Main() {
     for (int rep = 1; rep <= repeats; ++rep) {
       const double compute =
           Run(plain, &none, data, backend->get(), "none", {});
-      for (size_t k = 0; k < modes.size(); ++k) {
-        const std::string& mode = modes[k];
-        const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps), mode);
+      for (size_t k = 0; k < cases.size(); ++k) {
+        const Case& c = cases[k];
+        const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps), c.mode);
         const std::string job_id = absl::StrCat("bench-", ++job);
         SetupJobRequest setup;
         setup.set_job_id(job_id);
@@ -225,13 +250,13 @@ int Main() {
         a.add_server_addresses(address);
         worker::PsAccessOptions ao;
         ao.member_id = 1;
-        ao.wait_spin = absl::Microseconds(absl::GetFlag(FLAGS_wait_spin_us));
+        ao.wait_spin = absl::Microseconds(c.spin_us);
         auto access = worker::CreatePsAccess(a, ao);
         if (!access.ok()) return 1;
         const double with_ps =
             Run(spec, access->get(), data, backend->get(), job_id, {address});
-        std::printf("%6d %-11s %6d %16.0f %16.0f %7.2f\n", batch, mode.c_str(),
-                    rep, compute, with_ps, with_ps / compute);
+        std::printf("%6d %-17s %6d %16.0f %16.0f %7.2f\n", batch,
+                    c.label.c_str(), rep, compute, with_ps, with_ps / compute);
         std::fflush(stdout);
         ratios[first + k].values.push_back(with_ps / compute);
         // Frees the job's shard memory before the next one.
@@ -242,7 +267,7 @@ int Main() {
     }
   }
   std::printf("\nratio to the compute-only loop over %d repeat(s)\n", repeats);
-  std::printf("%6s %-11s %7s %7s %7s\n", "batch", "mode", "median", "min",
+  std::printf("%6s %-17s %7s %7s %7s\n", "batch", "mode", "median", "min",
               "max");
   for (Ratios& r : ratios) {
     std::vector<double>& v = r.values;
@@ -250,7 +275,7 @@ int Main() {
     const size_t n = v.size();
     const double median =
         n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-    std::printf("%6d %-11s %7.2f %7.2f %7.2f\n", r.batch, r.mode.c_str(),
+    std::printf("%6d %-17s %7.2f %7.2f %7.2f\n", r.batch, r.mode.c_str(),
                 median, v.front(), v.back());
   }
   server->Shutdown();
