@@ -297,7 +297,9 @@ int Main(int argc, char** argv) {
                  "next to psctl)");
   std::vector<std::string> worker_flags, server_flags, coordinator_flags;
   up->add_option("--worker_flag", worker_flags,
-                 "Extra flag for every worker (repeatable)");
+                 "Extra flag for every worker (repeatable). With more "
+                 "servers and workers than CPU cores, workers get "
+                 "--wait_spin_us=0 first (a --worker_flag overrides it)");
   up->add_option("--server_flag", server_flags,
                  "Extra flag for every server (repeatable)");
   up->add_option("--coordinator_flag", coordinator_flags,
