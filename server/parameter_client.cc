@@ -69,15 +69,15 @@ struct TicketState {
   }
 
   // Before a blocking wait: polls `ready` (which needs `mu`) each time the
-  // state changes, for up to `spin` (at most `timeout`). True once it holds.
+  // state changes, until it holds, `spin` has passed or `deadline` has come.
   template <typename Ready>
-  bool Spin(Ready ready, absl::Duration timeout) {
-    if (spin <= absl::ZeroDuration()) return false;
-    const absl::Time until = absl::Now() + std::min(spin, timeout);
+  void Spin(Ready ready, absl::Time deadline) {
+    if (spin <= absl::ZeroDuration()) return;
+    const absl::Time until = std::min(absl::Now() + spin, deadline);
     uint64_t seen = changes.load(std::memory_order_acquire);
     {
       absl::MutexLock l(&mu);
-      if (ready()) return true;
+      if (ready()) return;
     }
     while (absl::Now() < until) {
       for (int k = 0; k < 32; ++k) CpuRelax();
@@ -85,9 +85,8 @@ struct TicketState {
       if (now == seen) continue;
       seen = now;
       absl::MutexLock l(&mu);
-      if (ready()) return true;
+      if (ready()) return;
     }
-    return false;
   }
 
   static void CpuRelax() {
@@ -111,9 +110,10 @@ absl::Status Ticket::Wait(absl::Duration timeout) const {
   auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
     return state_->pending == 0;
   };
-  state_->Spin(done, timeout);
+  const absl::Time deadline = absl::Now() + timeout;
+  state_->Spin(done, deadline);
   absl::MutexLock l(&state_->mu);
-  if (!state_->mu.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+  if (!state_->mu.AwaitWithDeadline(absl::Condition(&done), deadline)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "operation still running after ", absl::FormatDuration(timeout), " (",
         state_->pending, " RPCs in flight)"));
@@ -132,9 +132,10 @@ absl::Status Ticket::WaitForChunks(absl::Span<const int64_t> ids,
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
     return state_->pending == 0 || all_arrived();
   };
-  state_->Spin(ready, timeout);
+  const absl::Time deadline = absl::Now() + timeout;
+  state_->Spin(ready, deadline);
   absl::MutexLock l(&state_->mu);
-  if (!state_->mu.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+  if (!state_->mu.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "chunks still on the way after ", absl::FormatDuration(timeout), " (",
         state_->pending, " RPCs in flight)"));

@@ -289,19 +289,18 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
       return fail(p.status());
     }
   }
+  // With more daemons than cores, a worker that polls for its weights takes
+  // the CPU the others need (tools/demo.sh, 4 workers and 2 shards on 2
+  // cores: BSP 37-39k examples/s polling against 42-44k not): they sleep at
+  // once. (The user's --worker_flag comes later and wins.)
+  const bool oversubscribed = o.servers + o.workers > CpuCores();
   for (int i = 0; i < o.workers; ++i) {
     const std::string name = absl::StrCat("worker-", i);
     argv = {worker_bin, "--coordinator=" + address,
             "--token_file=" + token_file,
             absl::StrCat("--cpu_threads=", o.cpu_threads)};
     if (!o.device.empty()) argv.push_back("--device=" + o.device);
-    // With more daemons than cores, a worker that polls for its weights
-    // takes the CPU the others need (tools/demo.sh, 4 workers and 2 shards
-    // on 2 cores: BSP 37-39k examples/s polling against 42-44k not): they
-    // sleep at once. (The user's --worker_flag comes later and wins.)
-    if (o.servers + o.workers > CpuCores()) {
-      argv.push_back("--wait_spin_us=0");
-    }
+    if (oversubscribed) argv.push_back("--wait_spin_us=0");
     argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
     argv.insert(argv.end(), o.worker_flags.begin(), o.worker_flags.end());
     if (absl::StatusOr<int> p = start(name, argv); !p.ok()) {
