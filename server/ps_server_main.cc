@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/metrics.h"
+#include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
@@ -338,5 +339,6 @@ int main(int argc, char** argv) {
       "  ps_server --port=0 --port_file=/run/ps/server0.port "
       "--data_dir=/var/lib/ps --token_file=/etc/ps/token\n");
   absl::ParseCommandLine(argc, argv);
+  ps::DisableMutexDeadlockDetection();
   return ps::server::Run();
 }

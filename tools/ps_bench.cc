@@ -48,6 +48,7 @@
 #include "absl/time/clock.h"
 #include "common/payload_codec.h"
 #include "common/placement.h"
+#include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "server/optimizer.h"
@@ -674,5 +675,6 @@ int main(int argc, char** argv) {
       "ps_bench: parameter-server push/pull throughput vs TCP and raw gRPC "
       "ceilings, and server-side apply vs memcpy, on loopback.");
   absl::ParseCommandLine(argc, argv);
+  ps::DisableMutexDeadlockDetection();
   return ps::Main();
 }

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "kernels/cpu_backend.h"
@@ -355,6 +356,7 @@ int main(int argc, char** argv) {
       "Registers with the coordinator and trains the jobs it is assigned on "
       "one device. Stops cleanly on SIGTERM/SIGINT (within one step).");
   absl::ParseCommandLine(argc, argv);
+  ps::DisableMutexDeadlockDetection();
   signal(SIGTERM, ps::worker::OnSignal);
   signal(SIGINT, ps::worker::OnSignal);
   signal(SIGPIPE, SIG_IGN);

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/metrics.h"
+#include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "server/coordinator/clock.h"
@@ -242,5 +243,6 @@ int main(int argc, char** argv) {
       "[--token_file=F | PS_TOKEN=...] [--tls_cert=C --tls_key=K "
       "[--tls_ca=CA]]");
   absl::ParseCommandLine(argc, argv);
+  ps::DisableMutexDeadlockDetection();
   return ps::coordinator::Run();
 }
