@@ -1,6 +1,7 @@
 // PS overhead benchmark (issue 5): one worker's training throughput through a
-// real parameter server (1 shard, gRPC on loopback, in this process) against
-// the same worker loop with no pull/push, at batch 128 and 512, in one run.
+// real parameter server (1 shard, gRPC on loopback: in this process, or a
+// ps_server of its own with --server) against the same worker loop with no
+// pull/push, at batch 128 and 512, in one run.
 // With --repeats=N each ratio is measured N times (each against a fresh
 // compute-only measurement) and summarised by its median and range.
 //
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,7 +25,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/process.h"
+#include "common/rpc.h"
 #include "kernels/cpu_backend.h"
+#include "proto/parameter_service.grpc.pb.h"
 #include "server/parameter_service.h"
 #include "server/shard_store.h"
 #include "worker/dataset.h"
@@ -44,6 +49,10 @@ ABSL_FLAG(std::string, wait_spin_us, "300",
           "sleeps (ps_worker --wait_spin_us), in microseconds. Several, "
           "comma-separated: each mode is measured with each in turn, right "
           "after the same compute-only loop (an A/B within one run).");
+ABSL_FLAG(std::string, server, "",
+          "host:port of a running ps_server to measure against (the jobs are "
+          "set up and torn down through its SetupJob/TeardownJob calls; "
+          "PS_TOKEN is sent if set). Empty: a shard in this process.");
 ABSL_FLAG(std::string, consistency, "BSP",
           "Consistency models to measure through the PS, comma-separated: "
           "BSP, ASP, SSP (bound 3), ASP+overlap (overlap_communication).");
@@ -145,22 +154,60 @@ int Main() {
       kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
   if (!backend.ok()) return 1;
 
-  server::ShardStoreOptions store_options;
-  store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
-  if (store_options.apply_threads == 0) {
-    store_options.apply_threads = server::DefaultApplyThreads();
+  // The shard: in this process, or a ps_server of its own (as deployed).
+  std::unique_ptr<server::ShardStore> store;
+  std::unique_ptr<server::ParameterServiceAdapter> adapter;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<ParameterService::Stub> remote;
+  const std::string token =
+      std::getenv("PS_TOKEN") ? std::getenv("PS_TOKEN") : "";
+  std::string address = absl::GetFlag(FLAGS_server);
+  if (!address.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        MakeChannel(address);
+    if (!channel.ok()) return 1;
+    remote = ParameterService::NewStub(*channel);
+  } else {
+    server::ShardStoreOptions store_options;
+    store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
+    if (store_options.apply_threads == 0) {
+      store_options.apply_threads = server::DefaultApplyThreads();
+    }
+    auto s = server::ShardStore::Create(store_options);
+    if (!s.ok()) return 1;
+    store = *std::move(s);
+    auto a = server::ParameterServiceAdapter::Create(store.get(), {});
+    if (!a.ok()) return 1;
+    adapter = *std::move(a);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
+    builder.RegisterService(adapter->service());
+    server = builder.BuildAndStart();
+    address = absl::StrCat("127.0.0.1:", port);
   }
-  auto store = server::ShardStore::Create(store_options);
-  auto adapter = server::ParameterServiceAdapter::Create(store->get(), {});
-  if (!store.ok() || !adapter.ok()) return 1;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
-  builder.RegisterService((*adapter)->service());
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  auto setup_job = [&](const SetupJobRequest& r) -> absl::Status {
+    if (remote == nullptr) return store->SetupJob(r).status();
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, absl::Seconds(30), token);
+    SetupJobResponse response;
+    const grpc::Status s = remote->SetupJob(&ctx, r, &response);
+    if (s.ok()) return absl::OkStatus();
+    return absl::UnavailableError(
+        absl::StrCat(address, ": SetupJob: ", s.error_message()));
+  };
+  auto teardown_job = [&](const TeardownJobRequest& r) {
+    if (remote == nullptr) {
+      (void)store->TeardownJob(r);
+      return;
+    }
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, absl::Seconds(30), token);
+    TeardownJobResponse response;
+    (void)remote->TeardownJob(&ctx, r, &response);
+  };
 
   const int repeats = absl::GetFlag(FLAGS_repeats);
   if (repeats < 1) {
@@ -239,9 +286,8 @@ int Main() {
         setup.set_shard_index(0);
         setup.set_num_shards(1);
         setup.add_worker_ids(1);
-        if (auto s = (*store)->SetupJob(setup); !s.ok()) {
-          std::fprintf(stderr, "setup: %s\n",
-                       std::string(s.status().message()).c_str());
+        if (absl::Status s = setup_job(setup); !s.ok()) {
+          std::fprintf(stderr, "setup: %s\n", std::string(s.message()).c_str());
           return 1;
         }
         WorkerAssignment a;
@@ -250,6 +296,7 @@ int Main() {
         a.add_server_addresses(address);
         worker::PsAccessOptions ao;
         ao.member_id = 1;
+        ao.token = token;
         ao.wait_spin = absl::Microseconds(c.spin_us);
         auto access = worker::CreatePsAccess(a, ao);
         if (!access.ok()) return 1;
@@ -262,7 +309,7 @@ int Main() {
         // Frees the job's shard memory before the next one.
         TeardownJobRequest teardown;
         teardown.set_job_id(job_id);
-        (void)(*store)->TeardownJob(teardown);
+        teardown_job(teardown);
       }
     }
   }
@@ -278,8 +325,10 @@ int Main() {
     std::printf("%6d %-17s %7.2f %7.2f %7.2f\n", r.batch, r.mode.c_str(),
                 median, v.front(), v.back());
   }
-  server->Shutdown();
-  (*adapter)->Stop();
+  if (server != nullptr) {
+    server->Shutdown();
+    adapter->Stop();
+  }
   return 0;
 }
 
@@ -289,8 +338,10 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "train_bench: the parameter server's overhead on one training worker: "
-      "examples/s of the Fashion-MNIST MLP through one in-process shard over "
-      "loopback gRPC, against the same worker's compute-only loop.");
+      "examples/s of the Fashion-MNIST MLP through one shard over loopback "
+      "gRPC (in this process, or the ps_server named by --server), against "
+      "the same worker's compute-only loop.");
   absl::ParseCommandLine(argc, argv);
+  ps::DisableMutexDeadlockDetection();
   return ps::Main();
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The benchmarks run and report: train_bench against a shard in its own
+# process and against a ps_server of its own (--server, with the cluster
+# token), and refuses a server that does not take its token.
+set -euo pipefail
+R="${TEST_SRCDIR}/ps"
+BENCH="$R/tools/train_bench"
+SERVER="$R/server/ps_server"
+T="${TEST_TMPDIR}"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# In-process shard: the summary has a ratio for the one case.
+"$BENCH" --steps=20 --batches=128 --consistency=BSP >"$T/inproc.out" 2>&1 ||
+  { cat "$T/inproc.out"; fail "train_bench (in-process shard) failed"; }
+grep -Eq '^ +128 BSP +[0-9]+\.[0-9]+ ' "$T/inproc.out" ||
+  { cat "$T/inproc.out"; fail "no BSP ratio in the summary"; }
+
+# A ps_server of its own, with a token.
+PS_TOKEN=s3cret "$SERVER" --port=0 --port_file="$T/ps.port" \
+  >"$T/server.log" 2>&1 &
+SERVER_PID=$!
+trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [[ -s "$T/ps.port" ]] && break; sleep 0.1; done
+[[ -s "$T/ps.port" ]] || { cat "$T/server.log"; fail "ps_server wrote no port"; }
+ADDR="127.0.0.1:$(cat "$T/ps.port")"
+
+PS_TOKEN=s3cret "$BENCH" --server="$ADDR" --steps=20 --batches=128 \
+  --consistency=BSP,ASP >"$T/remote.out" 2>&1 ||
+  { cat "$T/remote.out"; fail "train_bench --server failed"; }
+for mode in BSP ASP; do
+  grep -Eq "^ +128 $mode +[0-9]+\.[0-9]+ " "$T/remote.out" ||
+    { cat "$T/remote.out"; fail "no $mode ratio with --server"; }
+done
+# The jobs were set up on that server, not in the bench.
+grep -q "job bench-1" "$T/server.log" ||
+  { cat "$T/server.log"; fail "the server never saw job bench-1"; }
+
+# Without the token the server refuses the job: a clear error, exit 1.
+if env -u PS_TOKEN "$BENCH" --server="$ADDR" --steps=20 --batches=128 \
+  >"$T/noauth.out" 2>&1; then
+  cat "$T/noauth.out"; fail "train_bench without the token succeeded"
+fi
+grep -q "setup: $ADDR: SetupJob:" "$T/noauth.out" ||
+  { cat "$T/noauth.out"; fail "no clear setup error"; }
+echo "PASS"
