@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The benchmarks run and report: train_bench against a shard in its own
-# process and against a ps_server of its own (--server, with the cluster
-# token), and refuses a server that does not take its token.
+# train_bench runs and reports, against a shard in the bench's own process
+# and against a ps_server process (--server, with the cluster token), and
+# stops with a clear error when the server refuses its token or is not
+# there.
 set -euo pipefail
 R="${TEST_SRCDIR}/ps"
 BENCH="$R/tools/train_bench"
@@ -32,8 +33,8 @@ for mode in BSP ASP; do
     { cat "$T/remote.out"; fail "no $mode ratio with --server"; }
 done
 # The jobs were set up on that server, not in the bench.
-grep -q "job bench-1" "$T/server.log" ||
-  { cat "$T/server.log"; fail "the server never saw job bench-1"; }
+grep -Eq "job bench-[0-9]+-1:" "$T/server.log" ||
+  { cat "$T/server.log"; fail "the server never saw the bench's first job"; }
 
 # Without the token the server refuses the job: a clear error, exit 1.
 if env -u PS_TOKEN "$BENCH" --server="$ADDR" --steps=20 --batches=128 \
@@ -42,4 +43,14 @@ if env -u PS_TOKEN "$BENCH" --server="$ADDR" --steps=20 --batches=128 \
 fi
 grep -q "setup: $ADDR: SetupJob:" "$T/noauth.out" ||
   { cat "$T/noauth.out"; fail "no clear setup error"; }
+# Nothing listening: refused before any measuring.
+if "$BENCH" --server=127.0.0.1:1 --steps=20 --batches=128 \
+  >"$T/noserver.out" 2>&1; then
+  cat "$T/noserver.out"; fail "train_bench with no server succeeded"
+fi
+grep -q "cannot connect to 127.0.0.1:1" "$T/noserver.out" ||
+  { cat "$T/noserver.out"; fail "no clear connect error"; }
+if grep -q "none " "$T/noserver.out"; then
+  cat "$T/noserver.out"; fail "measured before finding the server gone"
+fi
 echo "PASS"

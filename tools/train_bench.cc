@@ -7,8 +7,10 @@
 //
 //   bazel run -c opt //tools:train_bench -- --steps=1000 --repeats=5
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -27,6 +29,7 @@
 #include "common/config.h"
 #include "common/process.h"
 #include "common/rpc.h"
+#include "common/status.h"
 #include "kernels/cpu_backend.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "server/parameter_service.h"
@@ -42,8 +45,9 @@ ABSL_FLAG(int, repeats, 1,
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads of the worker.");
 ABSL_FLAG(std::string, batches, "128,512", "Batch sizes to measure.");
 ABSL_FLAG(int, apply_threads, 0,
-          "The shard's BSP apply threads (ps_server --apply_threads); 0: one "
-          "per CPU core, at most 8, as the daemon.");
+          "The in-process shard's BSP apply threads (ps_server "
+          "--apply_threads); 0: one per CPU core, at most 8, as the daemon. "
+          "With --server, the server's own setting applies.");
 ABSL_FLAG(std::string, wait_spin_us, "300",
           "How long the worker polls for weights on their way before it "
           "sleeps (ps_worker --wait_spin_us), in microseconds. Several, "
@@ -166,6 +170,13 @@ int Main() {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
         MakeChannel(address);
     if (!channel.ok()) return 1;
+    // Before the compute-only loop: a wrong address fails at once.
+    if (!(*channel)->WaitForConnected(std::chrono::system_clock::now() +
+                                      std::chrono::seconds(5))) {
+      std::fprintf(stderr, "--server: cannot connect to %s within 5 s\n",
+                   address.c_str());
+      return 1;
+    }
     remote = ParameterService::NewStub(*channel);
   } else {
     server::ShardStoreOptions store_options;
@@ -195,8 +206,9 @@ int Main() {
     SetupJobResponse response;
     const grpc::Status s = remote->SetupJob(&ctx, r, &response);
     if (s.ok()) return absl::OkStatus();
-    return absl::UnavailableError(
-        absl::StrCat(address, ": SetupJob: ", s.error_message()));
+    const absl::Status status = FromGrpcStatus(s);
+    return absl::Status(
+        status.code(), absl::StrCat(address, ": SetupJob: ", status.message()));
   };
   auto teardown_job = [&](const TeardownJobRequest& r) {
     if (remote == nullptr) {
@@ -206,7 +218,11 @@ int Main() {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, absl::Seconds(30), token);
     TeardownJobResponse response;
-    (void)remote->TeardownJob(&ctx, r, &response);
+    if (const grpc::Status s = remote->TeardownJob(&ctx, r, &response);
+        !s.ok()) {
+      std::fprintf(stderr, "warning: %s: TeardownJob %s: %s\n", address.c_str(),
+                   r.job_id().c_str(), s.error_message().c_str());
+    }
   };
 
   const int repeats = absl::GetFlag(FLAGS_repeats);
@@ -279,7 +295,11 @@ int Main() {
       for (size_t k = 0; k < cases.size(); ++k) {
         const Case& c = cases[k];
         const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps), c.mode);
-        const std::string job_id = absl::StrCat("bench-", ++job);
+        // On a shared server, ids of this run only (another run's jobs may
+        // still be there).
+        const std::string job_id =
+            remote != nullptr ? absl::StrCat("bench-", getpid(), "-", ++job)
+                              : absl::StrCat("bench-", ++job);
         SetupJobRequest setup;
         setup.set_job_id(job_id);
         *setup.mutable_spec() = spec;
