@@ -332,7 +332,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "ps_server: a parameter-server shard.\n\n"
+      "a parameter-server shard.\n\n"
       "Holds one shard of the weights and optimizer state of every job it is "
       "set up for, applies pushed gradients under the job's consistency "
       "model (BSP / ASP / SSP), serves pulls, and writes checkpoints.\n\n"

@@ -672,7 +672,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "ps_bench: parameter-server push/pull throughput vs TCP and raw gRPC "
+      "parameter-server push/pull throughput vs TCP and raw gRPC "
       "ceilings, and server-side apply vs memcpy, on loopback.");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();

@@ -357,7 +357,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "train_bench: the parameter server's overhead on one training worker: "
+      "the parameter server's overhead on one training worker: "
       "examples/s of the Fashion-MNIST MLP through one shard over loopback "
       "gRPC (in this process, or the ps_server named by --server), against "
       "the same worker's compute-only loop.");
