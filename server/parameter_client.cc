@@ -102,8 +102,7 @@ struct TicketState {
 
 using internal::TicketState;
 
-Ticket::Ticket()
-    : state_(std::make_shared<TicketState>(absl::ZeroDuration())) {}
+Ticket::Ticket() : state_(std::make_shared<TicketState>()) {}
 Ticket::Ticket(std::shared_ptr<TicketState> state) : state_(std::move(state)) {}
 
 absl::Status Ticket::Wait(absl::Duration timeout) const {

@@ -29,9 +29,8 @@
 #include "common/config.h"
 #include "common/process.h"
 #include "common/rpc.h"
-#include "common/status.h"
 #include "kernels/cpu_backend.h"
-#include "proto/parameter_service.grpc.pb.h"
+#include "server/coordinator/shard_client.h"
 #include "server/parameter_service.h"
 #include "server/shard_store.h"
 #include "worker/dataset.h"
@@ -147,84 +146,6 @@ double Run(const JobSpec& spec, worker::ParameterAccess* params,
 }
 
 int Main() {
-  auto train = worker::LoadFashionMnist(worker::kDefaultFashionMnistDir,
-                                        worker::Split::kTrain);
-  if (!train.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(train.status().message()).c_str());
-    return 1;
-  }
-  std::shared_ptr<const worker::Dataset> data(std::move(*train));
-  auto backend =
-      kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
-  if (!backend.ok()) return 1;
-
-  // The shard: in this process, or a ps_server of its own (as deployed).
-  std::unique_ptr<server::ShardStore> store;
-  std::unique_ptr<server::ParameterServiceAdapter> adapter;
-  std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<ParameterService::Stub> remote;
-  const std::string token =
-      std::getenv("PS_TOKEN") ? std::getenv("PS_TOKEN") : "";
-  std::string address = absl::GetFlag(FLAGS_server);
-  if (!address.empty()) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        MakeChannel(address);
-    if (!channel.ok()) return 1;
-    // Before the compute-only loop: a wrong address fails at once.
-    if (!(*channel)->WaitForConnected(std::chrono::system_clock::now() +
-                                      std::chrono::seconds(5))) {
-      std::fprintf(stderr, "--server: cannot connect to %s within 5 s\n",
-                   address.c_str());
-      return 1;
-    }
-    remote = ParameterService::NewStub(*channel);
-  } else {
-    server::ShardStoreOptions store_options;
-    store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
-    if (store_options.apply_threads == 0) {
-      store_options.apply_threads = server::DefaultApplyThreads();
-    }
-    auto s = server::ShardStore::Create(store_options);
-    if (!s.ok()) return 1;
-    store = *std::move(s);
-    auto a = server::ParameterServiceAdapter::Create(store.get(), {});
-    if (!a.ok()) return 1;
-    adapter = *std::move(a);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
-    builder.RegisterService(adapter->service());
-    server = builder.BuildAndStart();
-    address = absl::StrCat("127.0.0.1:", port);
-  }
-  auto setup_job = [&](const SetupJobRequest& r) -> absl::Status {
-    if (remote == nullptr) return store->SetupJob(r).status();
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, absl::Seconds(30), token);
-    SetupJobResponse response;
-    const grpc::Status s = remote->SetupJob(&ctx, r, &response);
-    if (s.ok()) return absl::OkStatus();
-    const absl::Status status = FromGrpcStatus(s);
-    return absl::Status(
-        status.code(), absl::StrCat(address, ": SetupJob: ", status.message()));
-  };
-  auto teardown_job = [&](const TeardownJobRequest& r) {
-    if (remote == nullptr) {
-      (void)store->TeardownJob(r);
-      return;
-    }
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, absl::Seconds(30), token);
-    TeardownJobResponse response;
-    if (const grpc::Status s = remote->TeardownJob(&ctx, r, &response);
-        !s.ok()) {
-      std::fprintf(stderr, "warning: %s: TeardownJob %s: %s\n", address.c_str(),
-                   r.job_id().c_str(), s.error_message().c_str());
-    }
-  };
-
   const int repeats = absl::GetFlag(FLAGS_repeats);
   if (repeats < 1) {
     std::fprintf(stderr, "--repeats must be >= 1\n");
@@ -252,6 +173,63 @@ int Main() {
     }
     spins.push_back(us);
   }
+  auto train = worker::LoadFashionMnist(worker::kDefaultFashionMnistDir,
+                                        worker::Split::kTrain);
+  if (!train.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(train.status().message()).c_str());
+    return 1;
+  }
+  std::shared_ptr<const worker::Dataset> data(std::move(*train));
+  auto backend =
+      kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
+  if (!backend.ok()) return 1;
+
+  // The shard: in this process, or a ps_server of its own (as deployed).
+  std::unique_ptr<server::ShardStore> store;
+  std::unique_ptr<server::ParameterServiceAdapter> adapter;
+  std::unique_ptr<grpc::Server> server;
+  absl::StatusOr<std::string> token = ReadClusterToken("");
+  if (!token.ok()) return 1;
+  std::string address = absl::GetFlag(FLAGS_server);
+  if (!address.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        MakeChannel(address);
+    if (!channel.ok()) return 1;
+    // Before the compute-only loop: a wrong address fails at once.
+    if (!(*channel)->WaitForConnected(std::chrono::system_clock::now() +
+                                      std::chrono::seconds(5))) {
+      std::fprintf(stderr, "--server: cannot connect to %s within 5 s\n",
+                   address.c_str());
+      return 1;
+    }
+  } else {
+    server::ShardStoreOptions store_options;
+    store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
+    if (store_options.apply_threads == 0) {
+      store_options.apply_threads = server::DefaultApplyThreads();
+    }
+    auto s = server::ShardStore::Create(store_options);
+    if (!s.ok()) return 1;
+    store = *std::move(s);
+    auto a = server::ParameterServiceAdapter::Create(store.get(), {});
+    if (!a.ok()) return 1;
+    adapter = *std::move(a);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
+    builder.RegisterService(adapter->service());
+    server = builder.BuildAndStart();
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+  // Jobs are set up and torn down through the shard's RPCs, as the
+  // coordinator does, whichever setup.
+  coordinator::GrpcShardClientOptions shard_options;
+  shard_options.token = *token;
+  std::unique_ptr<coordinator::ShardClient> shards =
+      coordinator::MakeGrpcShardClient(shard_options);
+
   // What is measured: each mode with each spin.
   struct Case {
     std::string mode, label;
@@ -298,16 +276,19 @@ int Main() {
         // On a shared server, ids of this run only (another run's jobs may
         // still be there).
         const std::string job_id =
-            remote != nullptr ? absl::StrCat("bench-", getpid(), "-", ++job)
-                              : absl::StrCat("bench-", ++job);
+            !absl::GetFlag(FLAGS_server).empty()
+                ? absl::StrCat("bench-", getpid(), "-", ++job)
+                : absl::StrCat("bench-", ++job);
         SetupJobRequest setup;
         setup.set_job_id(job_id);
         *setup.mutable_spec() = spec;
         setup.set_shard_index(0);
         setup.set_num_shards(1);
         setup.add_worker_ids(1);
-        if (absl::Status s = setup_job(setup); !s.ok()) {
-          std::fprintf(stderr, "setup: %s\n", std::string(s.message()).c_str());
+        if (absl::Status s = shards->SetupJob(address, setup).status();
+            !s.ok()) {
+          std::fprintf(stderr, "setup: %s: SetupJob: %s\n", address.c_str(),
+                       std::string(s.message()).c_str());
           return 1;
         }
         WorkerAssignment a;
@@ -316,7 +297,7 @@ int Main() {
         a.add_server_addresses(address);
         worker::PsAccessOptions ao;
         ao.member_id = 1;
-        ao.token = token;
+        ao.token = *token;
         ao.wait_spin = absl::Microseconds(c.spin_us);
         auto access = worker::CreatePsAccess(a, ao);
         if (!access.ok()) return 1;
@@ -329,7 +310,10 @@ int Main() {
         // Frees the job's shard memory before the next one.
         TeardownJobRequest teardown;
         teardown.set_job_id(job_id);
-        teardown_job(teardown);
+        if (absl::Status s = shards->TeardownJob(address, teardown); !s.ok()) {
+          std::fprintf(stderr, "warning: TeardownJob %s: %s\n", job_id.c_str(),
+                       std::string(s.message()).c_str());
+        }
       }
     }
   }
