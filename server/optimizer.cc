@@ -1,6 +1,8 @@
 #include "server/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 #include "absl/status/status.h"
@@ -70,6 +72,41 @@ PS_VECTOR_CLONES void SgdDecayLoop(size_t n, float lr, float scale, float wd,
                                    const float* __restrict g, const float* w,
                                    float* o) {
   for (size_t i = 0; i < n; ++i) o[i] = w[i] - lr * (g[i] * scale + wd * w[i]);
+}
+
+// SgdLoop and SgdDecayLoop fused with the NaN/Inf check, the gradient read
+// from raw bytes at any alignment. A float is not finite exactly when its
+// exponent bits are all ones; the integer OR-reduction vectorises. Returns
+// nonzero if an element was not finite.
+PS_VECTOR_CLONES uint32_t SgdCheckedLoop(size_t n, float a,
+                                         const char* __restrict g,
+                                         const float* w, float* o) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, g + 4 * i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    float gi;
+    std::memcpy(&gi, &bits, sizeof(gi));
+    o[i] = w[i] - a * gi;
+  }
+  return bad;
+}
+
+PS_VECTOR_CLONES uint32_t SgdDecayCheckedLoop(size_t n, float lr, float scale,
+                                              float wd,
+                                              const char* __restrict g,
+                                              const float* w, float* o) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, g + 4 * i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    float gi;
+    std::memcpy(&gi, &bits, sizeof(gi));
+    o[i] = w[i] - lr * (gi * scale + wd * w[i]);
+  }
+  return bad;
 }
 
 PS_VECTOR_CLONES void MomentumLoop(size_t n, float lr, float scale, float wd,
@@ -186,6 +223,50 @@ class OptimizerImpl final : public Optimizer {
         }
         return;
     }
+  }
+
+  bool CanApplyChecked() const override {
+    return spec_.kind() == OptimizerSpec::SGD;
+  }
+
+  bool ApplyCheckedTo(float lr, float scale,
+                      absl::Span<const absl::string_view> segments,
+                      absl::Span<const float> in, absl::Span<float> out,
+                      OptimizerSlots* slots) const override {
+    const float wd = spec_.weight_decay();
+    // The same arithmetic as ApplyTo's SGD loops, so that both paths give
+    // the same bits.
+    auto loop = [&](size_t n, const char* g, size_t at) {
+      return wd == 0.0f ? SgdCheckedLoop(n, lr * scale, g, in.data() + at,
+                                         out.data() + at)
+                        : SgdDecayCheckedLoop(n, lr, scale, wd, g,
+                                              in.data() + at, out.data() + at);
+    };
+    uint32_t bad = 0;
+    size_t at = 0;  // the next element of `out`
+    char carry[4];  // a float split between two segments
+    size_t have = 0;
+    for (absl::string_view s : segments) {
+      const char* p = s.data();
+      size_t len = s.size();
+      if (have > 0) {
+        const size_t take = std::min(4 - have, len);
+        std::memcpy(carry + have, p, take);
+        have += take;
+        p += take;
+        len -= take;
+        if (have < 4) continue;
+        bad |= loop(1, carry, at++);
+        have = 0;
+      }
+      const size_t whole = std::min(len / 4, out.size() - at);
+      bad |= loop(whole, p, at);
+      at += whole;
+      have = len - 4 * whole;
+      std::memcpy(carry, p + 4 * whole, std::min<size_t>(have, 4));
+    }
+    ++slots->steps;
+    return bad == 0;
   }
 
   const OptimizerSpec& spec() const override { return spec_; }

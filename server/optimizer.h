@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/config.pb.h"
 
@@ -55,6 +56,24 @@ class Optimizer {
   virtual void ApplyTo(float lr, float grad_scale, absl::Span<const float> grad,
                        absl::Span<const float> in, absl::Span<float> out,
                        OptimizerSlots* slots) const = 0;
+
+  // Whether ApplyCheckedTo works for this optimizer: an update that changes
+  // nothing but `out` (SGD, with or without weight decay). Momentum and Adam
+  // update their slots in place, so a gradient found non-finite halfway
+  // through would leave them changed.
+  virtual bool CanApplyChecked() const = 0;
+
+  // The update of ApplyTo, with the gradient read straight from raw
+  // little-endian fp32 bytes split over `segments` anywhere, even inside a
+  // float (in.size() * 4 bytes in all), and checked for NaN/Inf in the same
+  // pass: false if an element is not finite (the update is written all the
+  // same; a caller that rejects such gradients discards `out` and restores
+  // `slots`). Saves a shard the separate check pass and the gather of a
+  // payload split over receive buffers. Only where CanApplyChecked().
+  virtual bool ApplyCheckedTo(float lr, float grad_scale,
+                              absl::Span<const absl::string_view> segments,
+                              absl::Span<const float> in, absl::Span<float> out,
+                              OptimizerSlots* slots) const = 0;
 
   virtual const OptimizerSpec& spec() const = 0;
 };

@@ -2,8 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace ps::server {
 namespace {
@@ -186,6 +191,69 @@ TEST(Optimizer, RejectsBadSpecs) {
     EXPECT_EQ(Optimizer::Create(s).status().code(),
               absl::StatusCode::kInvalidArgument)
         << s.ShortDebugString();
+  }
+}
+
+// The fused apply-and-check of SGD gives ApplyTo's bits whatever way the
+// gradient's bytes are split (even inside a float), and finds a NaN or Inf
+// wherever it is, a float split between two segments included.
+TEST(Optimizer, CheckedApplyMatchesApplyToAndFindsNonFinite) {
+  for (float wd : {0.0f, 0.01f}) {
+    OptimizerSpec spec = Spec(OptimizerSpec::SGD, 0.1f);
+    spec.set_weight_decay(wd);
+    auto opt = Optimizer::Create(spec);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    ASSERT_TRUE((*opt)->CanApplyChecked());
+    const size_t n = 1000;
+    std::vector<float> w(n), g(n);
+    for (size_t i = 0; i < n; ++i) {
+      w[i] = std::sin(static_cast<float>(i));
+      g[i] = std::cos(static_cast<float>(i) * 0.37f);
+    }
+    OptimizerSlots ref_slots;
+    std::vector<float> want(n);
+    (*opt)->ApplyTo(0.1f, 0.5f, g, w, absl::MakeSpan(want), &ref_slots);
+    // Offsets one byte past the start of a buffer: misaligned floats too.
+    std::vector<char> bytes(n * 4 + 1);
+    std::memcpy(bytes.data() + 1, g.data(), n * 4);
+    const char* p = bytes.data() + 1;
+    for (size_t piece : {size_t{1}, size_t{6}, size_t{4096}, n * 4}) {
+      SCOPED_TRACE(testing::Message() << "wd " << wd << " piece " << piece);
+      std::vector<absl::string_view> segments;
+      for (size_t off = 0; off < n * 4; off += piece) {
+        segments.emplace_back(p + off, std::min(piece, n * 4 - off));
+      }
+      std::vector<float> got(n);
+      OptimizerSlots slots;
+      EXPECT_TRUE((*opt)->ApplyCheckedTo(0.1f, 0.5f, segments, w,
+                                         absl::MakeSpan(got), &slots));
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(slots.steps, 1);
+      // A non-finite element at the start, inside, and at the end.
+      for (size_t at : {size_t{0}, size_t{501}, n - 1}) {
+        for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::infinity()}) {
+          std::vector<char> copy = bytes;
+          std::memcpy(copy.data() + 1 + 4 * at, &bad, 4);
+          std::vector<absl::string_view> bad_segments;
+          for (size_t off = 0; off < n * 4; off += piece) {
+            bad_segments.emplace_back(copy.data() + 1 + off,
+                                      std::min(piece, n * 4 - off));
+          }
+          EXPECT_FALSE((*opt)->ApplyCheckedTo(0.1f, 0.5f, bad_segments, w,
+                                              absl::MakeSpan(got), &slots))
+              << "element " << at;
+        }
+      }
+    }
+  }
+  // Momentum and Adam change their slots in place: not for the fused path.
+  for (auto kind : {OptimizerSpec::MOMENTUM, OptimizerSpec::ADAM}) {
+    OptimizerSpec spec = Spec(kind, 0.1f);
+    spec.set_momentum(0.9f);
+    auto opt = Optimizer::Create(spec);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    EXPECT_FALSE((*opt)->CanApplyChecked());
   }
 }
 

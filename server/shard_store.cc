@@ -398,9 +398,21 @@ class ShardStoreImpl final : public ShardStore {
     }
     return job;
   }
+  // Checks the push's chunks and readies their gradients: (*grads)[i] is
+  // the fp32 gradient of args.chunks[i], or empty where it is still in the
+  // receive buffers (split over several, or with `checked_apply`, any fp32
+  // payload: the optimizer reads and checks it while it applies it).
   absl::Status ValidateChunks(const Job& job, const PushArgs& args,
+                              bool checked_apply,
                               std::vector<std::vector<float>>* widened,
                               std::vector<absl::Span<const float>>* grads);
+  // ASP/SSP with an optimizer that CanApplyChecked: applies the push with
+  // the NaN/Inf check fused in (the chunks' new weights go to their spare
+  // buffers and are published together once all are finite, under all of
+  // their locks). INVALID_ARGUMENT, with nothing changed, if one is not.
+  absl::Status ApplyChecked(Job& job, const PushArgs& args, float lr,
+                            const std::vector<absl::Span<const float>>& grads)
+      ABSL_SHARED_LOCKS_REQUIRED(job.apply_mu);
   // BSP: if the open step has enough gradients, takes its completed set and
   // marks it closing; the caller then runs ApplyStep without `job.mu`.
   static bool TakeStepIfReady(Job& job, std::vector<int64_t>* workers)
@@ -710,7 +722,7 @@ absl::StatusOr<UpdateMembershipResponse> ShardStoreImpl::UpdateMembership(
 }
 
 absl::Status ShardStoreImpl::ValidateChunks(
-    const Job& job, const PushArgs& args,
+    const Job& job, const PushArgs& args, bool checked_apply,
     std::vector<std::vector<float>>* widened,
     std::vector<absl::Span<const float>>* grads) {
   const Placement& p = *job.placement;
@@ -757,7 +769,10 @@ absl::Status ShardStoreImpl::ValidateChunks(
     absl::string_view data = c.segments.size() == 1 ? c.segments[0] : c.data;
     const bool aligned = reinterpret_cast<uintptr_t>(data.data()) % 4 == 0;
     bool finite = true;
-    if (size == 4 && split) {
+    if (size == 4 && checked_apply) {
+      // Checked while it is applied.
+      (*grads)[i] = absl::Span<const float>();
+    } else if (size == 4 && split) {
       // Applied straight from the receive buffers (gathered per chunk into
       // a cache-hot scratch buffer at apply time), never copied whole.
       (*grads)[i] = absl::Span<const float>();
@@ -787,6 +802,69 @@ absl::Status ShardStoreImpl::ValidateChunks(
           "rejects non-finite gradients; set allow_nonfinite_gradients to let "
           "them through)"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStoreImpl::ApplyChecked(
+    Job& job, const PushArgs& args, float lr,
+    const std::vector<absl::Span<const float>>& grads)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // chunk locks taken in a loop
+  // The chunks' locks in ascending local index, the one order every holder
+  // of several takes them in, held until all are published or none is.
+  std::vector<int> order(args.chunks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return job.local_index[args.chunks[a].chunk_id] <
+           job.local_index[args.chunks[b].chunk_id];
+  });
+  std::vector<ChunkState*> chunks(args.chunks.size());
+  for (int i : order) {
+    chunks[i] = job.chunks[job.local_index[args.chunks[i].chunk_id]].get();
+    chunks[i]->mu.Lock();
+  }
+  const bool allow = job.spec.allow_nonfinite_gradients();
+  int64_t bad_chunk = -1;
+  std::vector<OptimizerSlots> before;  // the slots, should a chunk be bad
+  for (size_t i = 0; i < args.chunks.size() && bad_chunk < 0; ++i) {
+    const PushChunk& c = args.chunks[i];
+    ChunkState& chunk = *chunks[i];
+    if (chunk.spare == nullptr || chunk.spare.use_count() != 1) {
+      chunk.spare = std::make_shared<std::vector<float>>(chunk.weights->size());
+    }
+    before.push_back(chunk.slots);
+    if (grads[i].data() != nullptr || c.num_elements == 0) {
+      // Widened from fp16/bf16 and checked already.
+      job.optimizer->ApplyTo(lr, 1.0f, grads[i], *chunk.weights,
+                             absl::MakeSpan(*chunk.spare), &chunk.slots);
+      continue;
+    }
+    const absl::string_view one[] = {c.data};
+    const absl::Span<const absl::string_view> segments =
+        c.segments.empty() ? absl::MakeConstSpan(one)
+                           : absl::MakeConstSpan(c.segments);
+    if (!job.optimizer->ApplyCheckedTo(lr, 1.0f, segments, *chunk.weights,
+                                       absl::MakeSpan(*chunk.spare),
+                                       &chunk.slots) &&
+        !allow) {
+      bad_chunk = c.chunk_id;
+    }
+  }
+  if (bad_chunk >= 0) {
+    // Nothing was published; the slots go back to how they were.
+    for (size_t i = 0; i < before.size(); ++i) {
+      chunks[i]->slots = std::move(before[i]);
+    }
+  } else {
+    for (ChunkState* chunk : chunks) std::swap(chunk->weights, chunk->spare);
+  }
+  for (ChunkState* chunk : chunks) chunk->mu.Unlock();
+  if (bad_chunk >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", bad_chunk,
+        " of the gradient holds NaN or Inf (the job "
+        "rejects non-finite gradients; set allow_nonfinite_gradients to let "
+        "them through)"));
   }
   return absl::OkStatus();
 }
@@ -934,7 +1012,12 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
   }
   std::vector<std::vector<float>> widened;
   std::vector<absl::Span<const float>> grads;
-  if (absl::Status s = ValidateChunks(*job, args, &widened, &grads); !s.ok()) {
+  const bool bsp = job->model() == ConsistencySpec::BSP;
+  // The NaN/Inf check in the apply's pass, not a pass of its own.
+  const bool checked_apply = !bsp && job->optimizer->CanApplyChecked();
+  if (absl::Status s =
+          ValidateChunks(*job, args, checked_apply, &widened, &grads);
+      !s.ok()) {
     // The number is used up, so that a BSP end_of_step does not wait for it.
     absl::MutexLock jl(&job->mu);
     auto it = job->workers.find(args.worker_id);
@@ -945,7 +1028,6 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
     Reject(*job);
     return s;
   }
-  const bool bsp = job->model() == ConsistencySpec::BSP;
   PushResult result;
   float lr = 0;
   int64_t staleness = 0;
@@ -1046,10 +1128,20 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
   int64_t early_dropped = 0;
   {
     absl::ReaderMutexLock al(&job->apply_mu);
+    if (checked_apply) {
+      for (const PushChunk& c : args.chunks) bytes += PayloadBytes(c);
+      if (absl::Status s = ApplyChecked(*job, args, lr, grads); !s.ok()) {
+        // As a push that failed validation: the number is used up.
+        absl::MutexLock jl(&job->mu);
+        job->workers[args.worker_id].seq.Finish(args.seq);
+        Reject(*job);
+        return s;
+      }
+    }
     // Scratch for split payloads: one chunk at a time, so it stays in cache
     // and is reused across calls on this thread.
     thread_local std::vector<float> scratch;
-    for (size_t i = 0; i < args.chunks.size(); ++i) {
+    for (size_t i = 0; i < args.chunks.size() && !checked_apply; ++i) {
       const PushChunk& c = args.chunks[i];
       bytes += PayloadBytes(c);
       if (grads[i].data() == nullptr && c.num_elements > 0) {

@@ -16,6 +16,7 @@
 #include "common/payload_codec.h"
 #include "common/placement.h"
 #include "common/rpc.h"
+#include "gmock/gmock.h"
 
 namespace ps::server {
 namespace {
@@ -674,6 +675,68 @@ TEST(ShardStore, SegmentedPayloadsApplyAndAreChecked) {
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->version, 1);
       ExpectAll(Weights(*store), 0.75f);
+    }
+  }
+}
+
+// ASP applies a push of several chunks as a whole: with SGD the NaN/Inf
+// check runs inside the update, whose results are published only once every
+// chunk is found finite, so a bad last chunk leaves the first ones as they
+// were too (momentum: checked before anything is applied). Chunks in fp16
+// or bf16 mix with fp32 ones.
+TEST(ShardStore, AspPushWithOneBadChunkChangesNoChunk) {
+  for (auto kind : {OptimizerSpec::SGD, OptimizerSpec::MOMENTUM}) {
+    for (DType first : {FLOAT32, BFLOAT16}) {
+      SCOPED_TRACE(testing::Message() << OptimizerSpec::Kind_Name(kind) << " "
+                                      << DType_Name(first));
+      FakeClock clock;
+      auto store = NewStore(&clock);
+      JobSpec spec = MakeSpec(ConsistencySpec::ASP);
+      spec.mutable_optimizer()->set_kind(kind);
+      spec.mutable_optimizer()->set_momentum(0.5f);
+      ASSERT_TRUE(store->SetupJob(JobSetup(spec, {1})).ok());
+      auto placement = *store->GetPlacement("job1");
+      const std::vector<float> before = Weights(*store);
+      std::vector<std::vector<char>> buffers;
+      for (const Chunk& c : placement->chunks) {
+        const std::vector<float> g(c.num_elements, 0.25f);
+        const DType dtype = c.chunk_id == 0 ? first : FLOAT32;
+        buffers.emplace_back(c.num_elements * DTypeSize(dtype));
+        NarrowFromFloat(dtype, g, buffers.back().data());
+      }
+      auto make = [&](uint64_t seq) {
+        PushArgs args;
+        args.job_id = "job1";
+        args.worker_id = 1;
+        args.seq = seq;
+        args.end_of_step = true;
+        // The chunks in descending order: the locks are still taken in one.
+        for (auto it = placement->chunks.rbegin();
+             it != placement->chunks.rend(); ++it) {
+          const std::vector<char>& b = buffers[it->chunk_id];
+          args.chunks.push_back(Contiguous(
+              it->chunk_id, it->chunk_id == 0 ? first : FLOAT32,
+              it->num_elements, absl::string_view(b.data(), b.size())));
+        }
+        return args;
+      };
+      // The chunk pushed last holds an Inf.
+      const float inf = std::numeric_limits<float>::infinity();
+      std::memcpy(buffers[1].data() + 8, &inf, 4);
+      auto bad = store->Push(make(1), Far());
+      EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(bad.status().message()),
+                  testing::HasSubstr("chunk 1 of the gradient holds NaN"));
+      EXPECT_EQ(Weights(*store), before);
+      EXPECT_EQ(Version(*store), 0);
+      EXPECT_EQ(store->GetShardStatus("job1")->rejected_pushes(), 1);
+      // Repaired, the next push applies to every chunk once (momentum's
+      // velocity started from zero: the bad push left it alone).
+      const float quarter = 0.25f;
+      std::memcpy(buffers[1].data() + 8, &quarter, 4);
+      ASSERT_TRUE(store->Push(make(2), Far()).ok());
+      ExpectAll(Weights(*store), 0.75f);
+      EXPECT_EQ(Version(*store), 1);
     }
   }
 }
