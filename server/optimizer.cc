@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/float_runs.h"
 
 namespace ps::server {
 namespace {
@@ -244,27 +245,12 @@ class OptimizerImpl final : public Optimizer {
     };
     uint32_t bad = 0;
     size_t at = 0;  // the next element of `out`
-    char carry[4];  // a float split between two segments
-    size_t have = 0;
-    for (absl::string_view s : segments) {
-      const char* p = s.data();
-      size_t len = s.size();
-      if (have > 0) {
-        const size_t take = std::min(4 - have, len);
-        std::memcpy(carry + have, p, take);
-        have += take;
-        p += take;
-        len -= take;
-        if (have < 4) continue;
-        bad |= loop(1, carry, at++);
-        have = 0;
-      }
-      const size_t whole = std::min(len / 4, out.size() - at);
-      bad |= loop(whole, p, at);
-      at += whole;
-      have = len - 4 * whole;
-      std::memcpy(carry, p + 4 * whole, std::min<size_t>(have, 4));
-    }
+    ForEachFloatRun(segments, [&](const char* g, size_t n) {
+      n = std::min(n, out.size() - at);  // the caller checked the length
+      bad |= loop(n, g, at);
+      at += n;
+      return true;
+    });
     ++slots->steps;
     return bad == 0;
   }

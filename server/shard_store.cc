@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/config.h"
+#include "common/float_runs.h"
 #include "common/initializer.h"
 #include "common/model.h"
 #include "common/payload_codec.h"
@@ -265,27 +266,8 @@ bool AllFinite(absl::Span<const float> g) {
 // The same over fp32 payload bytes split into segments (a float may
 // straddle two of them).
 bool AllFinite(const std::vector<absl::string_view>& segments) {
-  char carry[4];
-  size_t have = 0;
-  for (absl::string_view s : segments) {
-    const char* p = s.data();
-    size_t len = s.size();
-    if (have > 0) {
-      const size_t take = std::min(4 - have, len);
-      std::memcpy(carry + have, p, take);
-      have += take;
-      p += take;
-      len -= take;
-      if (have < 4) continue;
-      if (!AllFiniteLoop(1, carry)) return false;
-      have = 0;
-    }
-    const size_t whole = len / 4;
-    if (!AllFiniteLoop(whole, p)) return false;
-    have = len - 4 * whole;
-    std::memcpy(carry, p + 4 * whole, have);
-  }
-  return true;
+  return ForEachFloatRun(
+      segments, [](const char* p, size_t n) { return AllFiniteLoop(n, p); });
 }
 
 size_t PayloadBytes(const PushChunk& c) {
