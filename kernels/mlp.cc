@@ -186,6 +186,27 @@ absl::Status Mlp::GetGradient(int index, absl::Span<float> host) {
                               p.size * static_cast<int64_t>(sizeof(float)));
 }
 
+absl::Status Mlp::SwapBuffer(std::vector<DeviceBuffer>& buffers, int index,
+                             DeviceBuffer& other, const char* what) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  if (other.data() == nullptr ||
+      other.bytes() < info_[index].size * static_cast<int64_t>(sizeof(float))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Mlp: a buffer of ", other.bytes(), " bytes cannot hold ", what,
+        info_[index].name, " (", info_[index].size, " floats)"));
+  }
+  std::swap(buffers[index], other);
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::SwapParameterBuffer(int index, DeviceBuffer& other) {
+  return SwapBuffer(params_, index, other, "");
+}
+
+absl::Status Mlp::SwapGradientBuffer(int index, DeviceBuffer& other) {
+  return SwapBuffer(grads_, index, other, "the gradient of ");
+}
+
 absl::Status Mlp::CheckRange(int index, int64_t offset, size_t size) const {
   PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
   const ParameterInfo& p = info_[index];

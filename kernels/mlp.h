@@ -133,6 +133,15 @@ class Mlp {
   DeviceSpan<const float> gradient(int index) const;
   absl::Status GetGradient(int index, absl::Span<float> host);
 
+  // Exchange parameter `index`'s buffer, or its gradient's, with `other`, a
+  // buffer of at least its size from this model's backend, without copying:
+  // for a caller that fills the next weights while a step computes on the
+  // current ones, or still sends a step's gradient while the next step's
+  // backward runs (backward writes every gradient element, whatever the
+  // buffer held). INVALID_ARGUMENT for a bad index or a buffer too small.
+  absl::Status SwapParameterBuffer(int index, DeviceBuffer& other);
+  absl::Status SwapGradientBuffer(int index, DeviceBuffer& other);
+
   struct Evaluation {
     float loss = 0.0f;    // mean over the batch
     int64_t correct = 0;  // argmax(logits) == label
@@ -157,6 +166,8 @@ class Mlp {
       const std::vector<int64_t>& splits) const;
   absl::Status CheckRange(int index, int64_t offset, size_t size) const;
   absl::Status CheckIndex(int index) const;
+  absl::Status SwapBuffer(std::vector<DeviceBuffer>& buffers, int index,
+                          DeviceBuffer& other, const char* what);
   int num_layers() const { return static_cast<int>(sizes_.size()) - 1; }
 
   Backend* const backend_;

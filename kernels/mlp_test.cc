@@ -373,6 +373,70 @@ TEST(Mlp, StepHooksSplitTheFirstLayerIntoRowBlocks) {
   }
 }
 
+// Swapped-in buffers serve as the model's own: weights swapped in are the
+// ones the step computes on, and a gradient buffer full of NaN before the
+// swap holds the same gradient after the step as a fresh model's. The
+// buffers swapped out keep what they held.
+TEST(Mlp, SwapsParameterAndGradientBuffersWithoutCopies) {
+  for (const char* which : {"cpu", "cuda-emulated"}) {
+    SCOPED_TRACE(which);
+    auto backend = std::string(which) == "cpu" ? CreateCpuBackend({})
+                                               : CreateCudaEmulatedBackend();
+    ASSERT_TRUE(backend.ok());
+    Backend* b = backend->get();
+    const std::vector<int64_t> sizes = {7, 5, 3};
+    auto reference = Mlp::Create(b, {.layer_sizes = sizes});
+    auto swapped = Mlp::Create(b, {.layer_sizes = sizes});
+    ASSERT_TRUE(reference.ok() && swapped.ok());
+    Mlp& ref = **reference;
+    Mlp& m = **swapped;
+    ASSERT_TRUE(ref.InitializeParameters(3).ok());
+    std::vector<float> images;
+    std::vector<int32_t> labels;
+    RandomBatch(6, 7, 3, 5, &images, &labels);
+    const float nan = std::nanf("");
+    for (int i = 0; i < m.num_parameters(); ++i) {
+      const int64_t n = m.parameters()[i].size;
+      std::vector<float> w(n);
+      ASSERT_TRUE(ref.GetParameter(i, absl::MakeSpan(w)).ok());
+      auto weights = b->AllocateArray<float>(n);
+      auto grads = b->AllocateArray<float>(n);
+      ASSERT_TRUE(weights.ok() && grads.ok());
+      const void* weights_memory = weights->data();
+      ASSERT_TRUE(b->CopyToDevice(w.data(), weights->data(), n * 4).ok());
+      ASSERT_TRUE(b->Fill(nan, grads->Span<float>(n)).ok());
+      ASSERT_TRUE(m.SwapParameterBuffer(i, *weights).ok());
+      ASSERT_TRUE(m.SwapGradientBuffer(i, *grads).ok());
+      EXPECT_EQ(m.parameter(i).data, weights_memory);
+      // What was swapped out is the model's previous (zero) buffer.
+      std::vector<float> old(n, 1.0f);
+      ASSERT_TRUE(b->CopyToHost(weights->data(), old.data(), n * 4).ok());
+      EXPECT_EQ(old, std::vector<float>(n, 0.0f));
+    }
+    absl::StatusOr<float> want = ref.TrainStep(images, labels);
+    absl::StatusOr<float> got = m.TrainStep(images, labels);
+    ASSERT_TRUE(want.ok() && got.ok());
+    EXPECT_EQ(*got, *want);
+    for (int i = 0; i < m.num_parameters(); ++i) {
+      const int64_t n = m.parameters()[i].size;
+      std::vector<float> g_want(n), g_got(n);
+      ASSERT_TRUE(ref.GetGradient(i, absl::MakeSpan(g_want)).ok());
+      ASSERT_TRUE(m.GetGradient(i, absl::MakeSpan(g_got)).ok());
+      EXPECT_EQ(g_got, g_want) << "parameter " << i;
+    }
+    // A buffer too small, or none, is refused.
+    auto small = b->AllocateArray<float>(2);
+    ASSERT_TRUE(small.ok());
+    EXPECT_EQ(m.SwapParameterBuffer(0, *small).code(),
+              absl::StatusCode::kInvalidArgument);
+    DeviceBuffer none;
+    EXPECT_EQ(m.SwapGradientBuffer(1, none).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(m.SwapGradientBuffer(99, *small).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(Mlp, GrowsToLargerBatches) {
   auto backend = CreateCpuBackend({});
   ASSERT_TRUE(backend.ok());
