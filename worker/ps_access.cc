@@ -381,6 +381,19 @@ class PsAccess final : public ParameterAccess {
 
 }  // namespace
 
+int ConnectionsPerShard(const JobSpec& spec, const Placement& placement,
+                        int64_t max_request_bytes) {
+  constexpr int kDefault = 2;
+  if (spec.consistency().model() != ConsistencySpec::ASP ||
+      !spec.consistency().overlap_communication()) {
+    return kDefault;
+  }
+  for (int64_t bytes : placement.shard_bytes) {
+    if (bytes > max_request_bytes) return kDefault;
+  }
+  return 1;
+}
+
 absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
     const WorkerAssignment& a, const PsAccessOptions& options) {
   if (a.server_addresses().empty()) {
@@ -409,6 +422,8 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
   co.incarnation = a.incarnation();
   co.wait_spin = options.wait_spin;
   co.pipeline_step_end = a.spec().consistency().model() != ConsistencySpec::BSP;
+  co.connections_per_shard =
+      ConnectionsPerShard(a.spec(), placement, co.max_request_bytes);
   PS_ASSIGN_OR_RETURN(auto client,
                       server::ParameterClient::Create(
                           co, a.job_id(), options.member_id, placement));
