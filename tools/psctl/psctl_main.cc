@@ -343,7 +343,9 @@ int Main(int argc, char** argv) {
       "Why a job is not moving: shards, barriers, clocks, heartbeats");
   explain->add_option("job", job_id, "Job id")->required();
   CLI::App* compare = app.add_subcommand(
-      "compare", "Compare jobs: a table, and plots <out>.png and <out>.svg");
+      "compare",
+      "Compare jobs: a table, and plots <out>.png and <out>.svg (with "
+      "<out>.gp and its data <out>-<job>-{acc,loss}.dat, to replot)");
   compare->add_option("jobs", job_ids, "Job ids")->required();
   compare->add_option(
       "--target", target,
@@ -551,8 +553,8 @@ int Main(int argc, char** argv) {
                    std::string(s.message()).c_str());
       return ExitFor(s);
     }
-    std::printf("plots: %s.png %s.svg\n", out_prefix.c_str(),
-                out_prefix.c_str());
+    std::printf("plots: %s.png %s.svg (gnuplot script %s.gp)\n",
+                out_prefix.c_str(), out_prefix.c_str(), out_prefix.c_str());
     return kOk;
   }
   return kUsage;

@@ -233,6 +233,7 @@ absl::Status WritePlots(const std::vector<JobData>& jobs,
     return absl::InternalError(
         absl::StrCat("gnuplot failed; see ", prefix, ".gnuplot.log"));
   }
+  std::remove((prefix + ".gnuplot.log").c_str());
   return absl::OkStatus();
 }
 

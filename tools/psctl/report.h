@@ -49,9 +49,11 @@ std::string FormatComparison(const std::vector<JobSummary>& rows,
                              double target_accuracy);
 
 // Writes <prefix>.png and <prefix>.svg (test accuracy and training loss
-// against wall time and against epochs, one line per job) plus the data
-// files gnuplot reads (<prefix>-<job>.dat). FAILED_PRECONDITION if gnuplot
-// is not installed.
+// against wall time and against epochs, one line per job), plus what
+// replots them: the gnuplot script <prefix>.gp and the data it reads,
+// <prefix>-<job>-acc.dat and <prefix>-<job>-loss.dat. FAILED_PRECONDITION
+// if gnuplot is not installed; INTERNAL if it fails, with its messages in
+// <prefix>.gnuplot.log (removed when it succeeds).
 absl::Status WritePlots(const std::vector<JobData>& jobs,
                         const std::string& prefix);
 

@@ -110,6 +110,12 @@ TEST(Report, WritesPngAndSvg) {
   for (const char* ext : {".png", ".svg"}) {
     EXPECT_GT(std::filesystem::file_size(prefix + ext), 1000u) << ext;
   }
+  // What replots them stays; gnuplot's empty log does not.
+  for (const std::string& file : {prefix + ".gp", prefix + "-job_2-acc.dat",
+                                  prefix + "-job_2-loss.dat"}) {
+    EXPECT_TRUE(std::filesystem::exists(file)) << file;
+  }
+  EXPECT_FALSE(std::filesystem::exists(prefix + ".gnuplot.log"));
 }
 
 }  // namespace
