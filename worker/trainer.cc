@@ -209,7 +209,6 @@ absl::StatusOr<TrainResult> Train(
                        spec.consistency().overlap_communication();
   std::vector<std::vector<float>> overlap_grads, overlap_weights;
   std::vector<kernels::DeviceBuffer> spare_grads, spare_weights;
-  std::vector<absl::Span<float>> spare_grad_spans, spare_weight_spans;
   if (overlap) {
     for (const kernels::ParameterInfo& p : mlp->parameters()) {
       if (direct) {
