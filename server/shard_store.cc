@@ -109,18 +109,25 @@ struct ChunkState {
   int64_t applied_step ABSL_GUARDED_BY(mu) = -1;
 };
 
-// One optimizer step on a chunk, written into the spare buffer, then
-// published.
-void UpdateChunk(const Optimizer& optimizer, float lr, float scale,
-                 absl::Span<const float> grad, ChunkState& chunk)
+// The buffer the chunk's next weights are written into: the previous one
+// when no pull holds it any more, else a fresh one.
+absl::Span<float> Spare(ChunkState& chunk)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) {
   // Only this chunk's lock hands out references, so a count of 1 cannot
   // grow behind our back.
   if (chunk.spare == nullptr || chunk.spare.use_count() != 1) {
     chunk.spare = std::make_shared<std::vector<float>>(chunk.weights->size());
   }
-  optimizer.ApplyTo(lr, scale, grad, *chunk.weights,
-                    absl::MakeSpan(*chunk.spare), &chunk.slots);
+  return absl::MakeSpan(*chunk.spare);
+}
+
+// One optimizer step on a chunk, written into the spare buffer, then
+// published.
+void UpdateChunk(const Optimizer& optimizer, float lr, float scale,
+                 absl::Span<const float> grad, ChunkState& chunk)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) {
+  optimizer.ApplyTo(lr, scale, grad, *chunk.weights, Spare(chunk),
+                    &chunk.slots);
   std::swap(chunk.weights, chunk.spare);
 }
 
@@ -811,22 +818,19 @@ absl::Status ShardStoreImpl::ApplyChecked(
   for (size_t i = 0; i < args.chunks.size() && bad_chunk < 0; ++i) {
     const PushChunk& c = args.chunks[i];
     ChunkState& chunk = *chunks[i];
-    if (chunk.spare == nullptr || chunk.spare.use_count() != 1) {
-      chunk.spare = std::make_shared<std::vector<float>>(chunk.weights->size());
-    }
+    const absl::Span<float> out = Spare(chunk);
     before.push_back(chunk.slots);
     if (grads[i].data() != nullptr || c.num_elements == 0) {
       // Widened from fp16/bf16 and checked already.
-      job.optimizer->ApplyTo(lr, 1.0f, grads[i], *chunk.weights,
-                             absl::MakeSpan(*chunk.spare), &chunk.slots);
+      job.optimizer->ApplyTo(lr, 1.0f, grads[i], *chunk.weights, out,
+                             &chunk.slots);
       continue;
     }
     const absl::string_view one[] = {c.data};
     const absl::Span<const absl::string_view> segments =
         c.segments.empty() ? absl::MakeConstSpan(one)
                            : absl::MakeConstSpan(c.segments);
-    if (!job.optimizer->ApplyCheckedTo(lr, 1.0f, segments, *chunk.weights,
-                                       absl::MakeSpan(*chunk.spare),
+    if (!job.optimizer->ApplyCheckedTo(lr, 1.0f, segments, *chunk.weights, out,
                                        &chunk.slots) &&
         !allow) {
       bad_chunk = c.chunk_id;

@@ -191,7 +191,8 @@ int Main() {
   absl::StatusOr<std::string> token = ReadClusterToken("");
   if (!token.ok()) return 1;
   std::string address = absl::GetFlag(FLAGS_server);
-  if (!address.empty()) {
+  const bool remote = !address.empty();
+  if (remote) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
         MakeChannel(address);
     if (!channel.ok()) return 1;
@@ -276,9 +277,8 @@ int Main() {
         // On a shared server, ids of this run only (another run's jobs may
         // still be there).
         const std::string job_id =
-            !absl::GetFlag(FLAGS_server).empty()
-                ? absl::StrCat("bench-", getpid(), "-", ++job)
-                : absl::StrCat("bench-", ++job);
+            remote ? absl::StrCat("bench-", getpid(), "-", ++job)
+                   : absl::StrCat("bench-", ++job);
         SetupJobRequest setup;
         setup.set_job_id(job_id);
         *setup.mutable_spec() = spec;
