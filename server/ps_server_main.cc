@@ -340,5 +340,6 @@ int main(int argc, char** argv) {
       "--data_dir=/var/lib/ps --token_file=/etc/ps/token\n");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
+  ps::TuneMallocForLargeMessages();
   return ps::server::Run();
 }

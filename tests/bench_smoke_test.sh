@@ -2,10 +2,12 @@
 # train_bench runs and reports, against a shard in the bench's own process
 # and against a ps_server process (--server, with the cluster token), and
 # stops with a clear error when the server refuses its token or is not
-# there.
+# there. ps_bench runs its ps cases without the ceilings, says how the
+# allocator was set up, and refuses --pairs without the ceilings.
 set -euo pipefail
 R="${TEST_SRCDIR}/ps"
 BENCH="$R/tools/train_bench"
+PS_BENCH="$R/tools/ps_bench"
 SERVER="$R/server/ps_server"
 T="${TEST_TMPDIR}"
 fail() { echo "FAIL: $*"; exit 1; }
@@ -53,4 +55,25 @@ grep -q "cannot connect to 127.0.0.1:1" "$T/noserver.out" ||
 if grep -q "none " "$T/noserver.out"; then
   cat "$T/noserver.out"; fail "measured before finding the server gone"
 fi
+# ps_bench: the ps cases alone, with the allocator tuned and then not.
+"$PS_BENCH" --ceilings=false --sizes=4K,1M --shards=1 --workers=1 \
+  --seconds_per_case=0.1 >"$T/psb.out" 2>&1 ||
+  { cat "$T/psb.out"; fail "ps_bench --ceilings=false failed"; }
+grep -q "^Allocator: freed message buffers kept" "$T/psb.out" ||
+  { cat "$T/psb.out"; fail "ps_bench does not say the allocator is tuned"; }
+grep -Eq '^\| 1 MB \| 1 \| 1 \| [0-9]+\.[0-9]+ \|.*\| - \| - \|$' "$T/psb.out" ||
+  { cat "$T/psb.out"; fail "no 1 MB ps case without ratios"; }
+if grep -q "Ceilings\|error" "$T/psb.out"; then
+  cat "$T/psb.out"; fail "ceilings measured or a case failed"
+fi
+PS_MALLOC_TUNING=0 "$PS_BENCH" --ceilings=false --sizes=4K --shards=1 \
+  --workers=1 --seconds_per_case=0.1 >"$T/psb0.out" 2>&1 ||
+  { cat "$T/psb0.out"; fail "ps_bench with PS_MALLOC_TUNING=0 failed"; }
+grep -q "^Allocator: glibc's default thresholds" "$T/psb0.out" ||
+  { cat "$T/psb0.out"; fail "PS_MALLOC_TUNING=0 not reported"; }
+if "$PS_BENCH" --ceilings=false --pairs=1 >"$T/psb2.out" 2>&1; then
+  cat "$T/psb2.out"; fail "ps_bench --pairs without ceilings succeeded"
+fi
+grep -q "pairs needs --ceilings" "$T/psb2.out" ||
+  { cat "$T/psb2.out"; fail "no clear --pairs error"; }
 echo "PASS"

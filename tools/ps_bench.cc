@@ -71,6 +71,11 @@ ABSL_FLAG(int, pairs, 0,
           "Also measure the 1-shard, 1-worker case and the raw gRPC echo in "
           "turn this many times per size, and give the median ratio and its "
           "range (0: off).");
+ABSL_FLAG(bool, ceilings, true,
+          "Measure the TCP and raw gRPC ceilings first (false: only the ps "
+          "cases and the server-side apply, without the ratios; the "
+          "ceilings' large buffers also warm glibc's dynamic allocator "
+          "thresholds up, which a daemon does not get).");
 ABSL_FLAG(bool, fused, true,
           "Steps as the worker runs them: the gradients pushed with the end "
           "of step, whose answer carries the next step's weights (one round "
@@ -557,7 +562,7 @@ std::vector<int> ParseInts(const std::string& text) {
   return out;
 }
 
-int Main() {
+int Main(bool malloc_tuned) {
   const double seconds = absl::GetFlag(FLAGS_seconds_per_case);
   const int64_t piece = absl::GetFlag(FLAGS_max_request_bytes);
   const int connections = absl::GetFlag(FLAGS_connections);
@@ -568,26 +573,39 @@ int Main() {
     report += line + "\n";
   };
   const std::vector<int64_t> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
-  emit("## Ceilings (same bytes, both directions counted)\n");
-  emit(
-      "| model | TCP ping-pong GB/s | TCP round trips/s | gRPC raw 1 conn GB/s "
-      "| gRPC raw 2 conn GB/s | gRPC raw calls/s (1 conn) |");
-  emit("|---|---|---|---|---|---|");
+  emit(absl::StrCat("Allocator: ",
+                    malloc_tuned ? "freed message buffers kept "
+                                   "(TuneMallocForLargeMessages)"
+                                 : "glibc's default thresholds",
+                    "\n"));
+  const bool ceilings = absl::GetFlag(FLAGS_ceilings);
+  if (!ceilings && absl::GetFlag(FLAGS_pairs) > 0) {
+    std::fprintf(stderr, "--pairs needs --ceilings\n");
+    return 2;
+  }
   std::vector<std::pair<double, double>> raw1(sizes.size()), raw2(sizes.size()),
       tcp(sizes.size());
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    tcp[i] = TcpPingPong(std::min<int64_t>(sizes[i], 64 << 20), seconds);
-    raw1[i] = GrpcRawCeiling(sizes[i], 1, piece, seconds);
-    raw2[i] = GrpcRawCeiling(sizes[i], 2, piece, seconds);
-    // The TCP ping-pong moves at most 64 MB per round trip (GB/s compare
-    // per byte; the round trips are of the capped size).
-    const std::string trips =
-        sizes[i] > (64 << 20)
-            ? absl::StrFormat("%.0f (of 64 MB)", tcp[i].second)
-            : absl::StrFormat("%.0f", tcp[i].second);
-    emit(absl::StrFormat("| %s | %.2f | %s | %.2f | %.2f | %.0f |",
-                         SizeName(sizes[i]), tcp[i].first, trips, raw1[i].first,
-                         raw2[i].first, raw1[i].second));
+  if (ceilings) {
+    emit("## Ceilings (same bytes, both directions counted)\n");
+    emit(
+        "| model | TCP ping-pong GB/s | TCP round trips/s "
+        "| gRPC raw 1 conn GB/s | gRPC raw 2 conn GB/s "
+        "| gRPC raw calls/s (1 conn) |");
+    emit("|---|---|---|---|---|---|");
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      tcp[i] = TcpPingPong(std::min<int64_t>(sizes[i], 64 << 20), seconds);
+      raw1[i] = GrpcRawCeiling(sizes[i], 1, piece, seconds);
+      raw2[i] = GrpcRawCeiling(sizes[i], 2, piece, seconds);
+      // The TCP ping-pong moves at most 64 MB per round trip (GB/s compare
+      // per byte; the round trips are of the capped size).
+      const std::string trips =
+          sizes[i] > (64 << 20)
+              ? absl::StrFormat("%.0f (of 64 MB)", tcp[i].second)
+              : absl::StrFormat("%.0f", tcp[i].second);
+      emit(absl::StrFormat("| %s | %.2f | %s | %.2f | %.2f | %.0f |",
+                           SizeName(sizes[i]), tcp[i].first, trips,
+                           raw1[i].first, raw2[i].first, raw1[i].second));
+    }
   }
   emit("\n## ps push+pull (ASP, in-process shards, " +
        absl::StrCat(connections, " connections per shard, ", piece >> 20,
@@ -605,11 +623,14 @@ int Main() {
       for (int workers : ParseInts(absl::GetFlag(FLAGS_workers))) {
         CaseResult r = RunCase(sizes[i], shards, workers);
         const double raw = connections >= 2 ? raw2[i].first : raw1[i].first;
-        emit(absl::StrFormat(
-            "| %s | %d | %d | %.2f | %.2f | %.0f | %.2fx | %.2fx |%s",
-            SizeName(sizes[i]), shards, workers, r.gbps, r.step_ms,
-            r.steps_per_s, r.gbps / raw, r.gbps / tcp[i].first,
-            r.error.empty() ? "" : " error: " + r.error));
+        const std::string ratios =
+            ceilings ? absl::StrFormat("%.2fx | %.2fx", r.gbps / raw,
+                                       r.gbps / tcp[i].first)
+                     : "- | -";
+        emit(absl::StrFormat("| %s | %d | %d | %.2f | %.2f | %.0f | %s |%s",
+                             SizeName(sizes[i]), shards, workers, r.gbps,
+                             r.step_ms, r.steps_per_s, ratios,
+                             r.error.empty() ? "" : " error: " + r.error));
       }
     }
   }
@@ -676,5 +697,5 @@ int main(int argc, char** argv) {
       "ceilings, and server-side apply vs memcpy, on loopback.");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
-  return ps::Main();
+  return ps::Main(ps::TuneMallocForLargeMessages());
 }

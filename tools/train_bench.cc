@@ -347,5 +347,6 @@ int main(int argc, char** argv) {
       "the same worker's compute-only loop.");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
+  ps::TuneMallocForLargeMessages();
   return ps::Main();
 }

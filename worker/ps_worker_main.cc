@@ -357,6 +357,7 @@ int main(int argc, char** argv) {
       "one device. Stops cleanly on SIGTERM/SIGINT (within one step).");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
+  ps::TuneMallocForLargeMessages();
   signal(SIGTERM, ps::worker::OnSignal);
   signal(SIGINT, ps::worker::OnSignal);
   signal(SIGPIPE, SIG_IGN);

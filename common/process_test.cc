@@ -1,0 +1,67 @@
+#include "common/process.h"
+
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+long MinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+// Allocates, touches and frees four 12 MB buffers; returns the page faults
+// that took.
+long FaultsOfOneRound() {
+  const long before = MinorFaults();
+  std::vector<char*> blocks;
+  for (int i = 0; i < 4; ++i) {
+    char* p = static_cast<char*>(std::malloc(12 << 20));
+    std::memset(p, i + 1, 12 << 20);
+    blocks.push_back(p);
+  }
+  // Keep the stores: the compiler may drop memset before free otherwise.
+  volatile char sink = blocks[3][12345];
+  (void)sink;
+  for (char* p : blocks) std::free(p);
+  return MinorFaults() - before;
+}
+
+TEST(TuneMallocTest, FreedMessageBuffersAreNotFaultedInAgain) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer supplies the allocator; mallopt does not apply";
+#else
+  ASSERT_TRUE(TuneMallocForLargeMessages());
+  // A 20 MB buffer freed first: with glibc's default dynamic thresholds
+  // this sets the mmap threshold to 20 MB and the trim threshold to 40 MB,
+  // so the four 12 MB buffers below come from the heap, and freeing them
+  // trims the heap and gives their pages back: every round faults all of
+  // its 12k pages in again. Tuned, the pages stay.
+  char* big = static_cast<char*>(std::malloc(20 << 20));
+  std::memset(big, 1, 20 << 20);
+  std::free(big);
+  FaultsOfOneRound();  // the first round faults the pages in once
+  long later = 0;
+  for (int round = 0; round < 4; ++round) later += FaultsOfOneRound();
+  const long pages_per_round = 4 * (12 << 20) / 4096;
+  EXPECT_LT(later, pages_per_round / 4)
+      << later << " page faults in 4 rounds of " << pages_per_round
+      << " pages each";
+#endif
+}
+
+TEST(TuneMallocTest, EnvironmentTurnsItOff) {
+  setenv("PS_MALLOC_TUNING", "0", 1);
+  EXPECT_FALSE(TuneMallocForLargeMessages());
+  unsetenv("PS_MALLOC_TUNING");
+}
+
+}  // namespace
+}  // namespace ps
