@@ -3,7 +3,8 @@
 # and against a ps_server process (--server, with the cluster token), and
 # stops with a clear error when the server refuses its token or is not
 # there. ps_bench runs its ps cases without the ceilings, says how the
-# allocator was set up, and refuses --pairs without the ceilings.
+# allocator was set up, refuses --pairs without the ceilings, and measures
+# a ps_server process (--servers), failing clearly on a wrong token.
 set -euo pipefail
 R="${TEST_SRCDIR}/ps"
 BENCH="$R/tools/train_bench"
@@ -74,6 +75,31 @@ grep -q "^Allocator: glibc's default thresholds" "$T/psb0.out" ||
 if "$PS_BENCH" --ceilings=false --pairs=1 >"$T/psb2.out" 2>&1; then
   cat "$T/psb2.out"; fail "ps_bench --pairs without ceilings succeeded"
 fi
-grep -q "pairs needs --ceilings" "$T/psb2.out" ||
+grep -q "pairs needs the ceilings" "$T/psb2.out" ||
   { cat "$T/psb2.out"; fail "no clear --pairs error"; }
+
+# ps_bench against a ps_server process: each case's job is set up there.
+PS_TOKEN=tok3n "$SERVER" --port=0 --port_file="$T/psb.port" \
+  >"$T/psb_server.log" 2>&1 &
+PSB_SERVER=$!
+trap 'kill $PSB_SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [ -s "$T/psb.port" ] && break; sleep 0.1; done
+ADDR="127.0.0.1:$(cat "$T/psb.port")"
+PS_TOKEN=tok3n "$PS_BENCH" --servers="$ADDR" --sizes=4K,1M --workers=1,2 \
+  --seconds_per_case=0.1 >"$T/psb3.out" 2>&1 ||
+  { cat "$T/psb3.out"; fail "ps_bench --servers failed"; }
+grep -q "ps_server processes at $ADDR" "$T/psb3.out" ||
+  { cat "$T/psb3.out"; fail "the report does not name the server"; }
+[ "$(grep -Ec '^\| (4 KB|1 MB) \| 1 \| [12] \| [0-9]+\.[0-9]+ \|' "$T/psb3.out")" = 4 ] ||
+  { cat "$T/psb3.out"; fail "not 4 cases against the server"; }
+if grep -q "Ceilings\|Server-side apply\|error" "$T/psb3.out"; then
+  cat "$T/psb3.out"; fail "local ceilings or apply measured, or a case failed"
+fi
+[ "$(grep -Ec "job psbench-[0-9]+-[1-4]: shard 0 of 1" "$T/psb_server.log")" = 4 ] ||
+  { cat "$T/psb_server.log"; fail "the server did not hold the 4 cases' jobs"; }
+PS_TOKEN=wrong "$PS_BENCH" --servers="$ADDR" --sizes=4K --workers=1 \
+  --seconds_per_case=0.1 >"$T/psb4.out" 2>&1 && rc=0 || rc=$?
+[ "$rc" = 1 ] || { cat "$T/psb4.out"; fail "wrong token: exit $rc, not 1"; }
+grep -q "error: SetupJob on $ADDR: .*wrong cluster token" "$T/psb4.out" ||
+  { cat "$T/psb4.out"; fail "no clear wrong-token error"; }
 echo "PASS"

@@ -17,6 +17,11 @@
 // size and the ratio summarised by its median and range: loopback figures
 // on a small machine drift between measurements. Last: server-side SGD apply
 // GB/s (the optimizer loop, and the whole shard Push path) vs memcpy.
+//
+// --servers=HOST:PORT,... measures running ps_server processes instead (one
+// shard each; the jobs are set up and torn down through their RPCs), over
+// whatever network lies between, and skips the ceilings and the apply,
+// which would measure this host. --ceilings=false skips the ceilings only.
 #include <arpa/inet.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -42,6 +47,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -51,6 +57,7 @@
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "server/coordinator/shard_client.h"
 #include "server/optimizer.h"
 #include "server/parameter_client.h"
 #include "server/parameter_service.h"
@@ -76,6 +83,15 @@ ABSL_FLAG(bool, ceilings, true,
           "cases and the server-side apply, without the ratios; the "
           "ceilings' large buffers also warm glibc's dynamic allocator "
           "thresholds up, which a daemon does not get).");
+ABSL_FLAG(std::string, servers, "",
+          "Comma-separated host:port of running ps_servers to measure instead "
+          "of shards in this process: one shard each, in this order "
+          "(--shards is ignored). Jobs are set up and torn down through "
+          "their SetupJob/TeardownJob calls, with the cluster token of "
+          "--token_file or $PS_TOKEN. The ceilings, measured on loopback in "
+          "this process, are skipped.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the cluster token for --servers (else $PS_TOKEN).");
 ABSL_FLAG(bool, fused, true,
           "Steps as the worker runs them: the gradients pushed with the end "
           "of step, whose answer carries the next step's weights (one round "
@@ -168,23 +184,64 @@ struct CaseResult {
   std::string error;
 };
 
-CaseResult RunCase(int64_t bytes, int num_shards, int num_workers) {
+// Running ps_servers to measure (--servers) instead of in-process shards.
+struct RemoteServers {
+  std::vector<std::string> addresses;  // index = shard index
+  std::string token;
+  std::unique_ptr<coordinator::ShardClient> shards;
+};
+
+CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
+                   RemoteServers* remote = nullptr) {
   CaseResult result;
-  auto shards = StartShards(num_shards);
+  std::vector<std::unique_ptr<Shard>> shards;
+  std::vector<std::string> addresses;
+  std::string job_id = "bench";
+  if (remote != nullptr) {
+    addresses = remote->addresses;
+    num_shards = addresses.size();
+    // Ids of this run only: another run's jobs may be on the servers.
+    static int cases = 0;
+    job_id = absl::StrCat("psbench-", getpid(), "-", ++cases);
+  } else {
+    shards = StartShards(num_shards);
+    for (auto& s : shards) addresses.push_back(s->address);
+  }
+  int set_up = 0;  // remote shards that hold the job
+  auto teardown = [&] {
+    if (remote == nullptr) {
+      StopShards(shards);
+      return;
+    }
+    for (int s = 0; s < set_up; ++s) {
+      TeardownJobRequest t;
+      t.set_job_id(job_id);
+      if (absl::Status st = remote->shards->TeardownJob(addresses[s], t);
+          !st.ok()) {
+        std::fprintf(stderr, "warning: TeardownJob %s on %s: %s\n",
+                     job_id.c_str(), addresses[s].c_str(),
+                     std::string(st.message()).c_str());
+      }
+    }
+  };
   const JobSpec spec = DenseSpec(bytes, num_workers);
   for (int s = 0; s < num_shards; ++s) {
     SetupJobRequest r;
-    r.set_job_id("bench");
+    r.set_job_id(job_id);
     *r.mutable_spec() = spec;
     r.set_shard_index(s);
     r.set_num_shards(num_shards);
     for (int w = 1; w <= num_workers; ++w) r.add_worker_ids(w);
-    auto st = shards[s]->store->SetupJob(r);
+    absl::Status st = remote != nullptr
+                          ? remote->shards->SetupJob(addresses[s], r).status()
+                          : shards[s]->store->SetupJob(r).status();
     if (!st.ok()) {
-      result.error = st.status().ToString();
-      StopShards(shards);
+      result.error =
+          absl::StrCat("SetupJob on ", addresses[s], ": ", st.message());
+      teardown();
       return result;
     }
+    ++set_up;
   }
   std::vector<TensorSpec> tensors(spec.model().tensors().begin(),
                                   spec.model().tensors().end());
@@ -203,10 +260,11 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers) {
   for (int w = 1; w <= num_workers; ++w) {
     threads.emplace_back([&, w] {
       ParameterClientOptions options;
-      for (auto& s : shards) options.server_addresses.push_back(s->address);
+      options.server_addresses = addresses;
+      if (remote != nullptr) options.token = remote->token;
       options.connections_per_shard = absl::GetFlag(FLAGS_connections);
       options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
-      auto client = *ParameterClient::Create(options, "bench", w, placement);
+      auto client = *ParameterClient::Create(options, job_id, w, placement);
       const bool fused = absl::GetFlag(FLAGS_fused);
       std::vector<std::vector<float>> weights, grads;
       std::vector<absl::Span<float>> spans;
@@ -265,7 +323,7 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers) {
   go.Notify();
   for (auto& t : threads) t.join();
   end = absl::Now();
-  StopShards(shards);
+  teardown();
   result.error = error;
   const double wall = absl::ToDoubleSeconds(end - start);
   result.gbps = 2.0 * bytes * total_steps / wall / 1e9;
@@ -573,20 +631,50 @@ int Main(bool malloc_tuned) {
     report += line + "\n";
   };
   const std::vector<int64_t> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
-  emit(absl::StrCat("Allocator: ",
-                    malloc_tuned ? "freed message buffers kept "
-                                   "(TuneMallocForLargeMessages)"
-                                 : "glibc's default thresholds",
-                    "\n"));
-  const bool ceilings = absl::GetFlag(FLAGS_ceilings);
+  emit(absl::StrCat("Allocator: ", malloc_tuned
+                                       ? "freed message buffers kept "
+                                         "(TuneMallocForLargeMessages)"
+                                       : "glibc's default thresholds"));
+  bool failed = false;  // a case ended with an error
+  std::unique_ptr<RemoteServers> remote;
+  if (const std::string servers = absl::GetFlag(FLAGS_servers);
+      !servers.empty()) {
+    remote = std::make_unique<RemoteServers>();
+    remote->addresses = absl::StrSplit(servers, ',', absl::SkipWhitespace());
+    absl::StatusOr<std::string> token =
+        ReadClusterToken(absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) {
+      std::fprintf(stderr, "%s\n",
+                   std::string(token.status().message()).c_str());
+      return 2;
+    }
+    remote->token = *token;
+    // A wrong address fails here, at once, not as a case's error.
+    for (const std::string& address : remote->addresses) {
+      absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+          MakeChannel(address);
+      if (!channel.ok() ||
+          !(*channel)->WaitForConnected(std::chrono::system_clock::now() +
+                                        std::chrono::seconds(5))) {
+        std::fprintf(stderr, "--servers: cannot connect to %s within 5 s\n",
+                     address.c_str());
+        return 1;
+      }
+    }
+    coordinator::GrpcShardClientOptions shard_options;
+    shard_options.token = remote->token;
+    remote->shards = coordinator::MakeGrpcShardClient(shard_options);
+  }
+  const bool ceilings = absl::GetFlag(FLAGS_ceilings) && remote == nullptr;
   if (!ceilings && absl::GetFlag(FLAGS_pairs) > 0) {
-    std::fprintf(stderr, "--pairs needs --ceilings\n");
+    std::fprintf(stderr,
+                 "--pairs needs the ceilings (--ceilings, no --servers)\n");
     return 2;
   }
   std::vector<std::pair<double, double>> raw1(sizes.size()), raw2(sizes.size()),
       tcp(sizes.size());
   if (ceilings) {
-    emit("## Ceilings (same bytes, both directions counted)\n");
+    emit("\n## Ceilings (same bytes, both directions counted)\n");
     emit(
         "| model | TCP ping-pong GB/s | TCP round trips/s "
         "| gRPC raw 1 conn GB/s | gRPC raw 2 conn GB/s "
@@ -607,7 +695,11 @@ int Main(bool malloc_tuned) {
                            raw1[i].first, raw2[i].first, raw1[i].second));
     }
   }
-  emit("\n## ps push+pull (ASP, in-process shards, " +
+  emit("\n## ps push+pull (ASP, " +
+       (remote != nullptr
+            ? absl::StrCat("ps_server processes at ",
+                           absl::StrJoin(remote->addresses, ", "), ", ")
+            : std::string("in-process shards, ")) +
        absl::StrCat(connections, " connections per shard, ", piece >> 20,
                     " MB messages, ",
                     absl::GetFlag(FLAGS_fused)
@@ -619,9 +711,13 @@ int Main(bool malloc_tuned) {
       "| vs raw gRPC (same conns) | vs TCP |");
   emit("|---|---|---|---|---|---|---|---|");
   for (size_t i = 0; i < sizes.size(); ++i) {
-    for (int shards : ParseInts(absl::GetFlag(FLAGS_shards))) {
+    const std::vector<int> shard_counts =
+        remote != nullptr
+            ? std::vector<int>{static_cast<int>(remote->addresses.size())}
+            : ParseInts(absl::GetFlag(FLAGS_shards));
+    for (int shards : shard_counts) {
       for (int workers : ParseInts(absl::GetFlag(FLAGS_workers))) {
-        CaseResult r = RunCase(sizes[i], shards, workers);
+        CaseResult r = RunCase(sizes[i], shards, workers, remote.get());
         const double raw = connections >= 2 ? raw2[i].first : raw1[i].first;
         const std::string ratios =
             ceilings ? absl::StrFormat("%.2fx | %.2fx", r.gbps / raw,
@@ -631,6 +727,7 @@ int Main(bool malloc_tuned) {
                              SizeName(sizes[i]), shards, workers, r.gbps,
                              r.step_ms, r.steps_per_s, ratios,
                              r.error.empty() ? "" : " error: " + r.error));
+        failed = failed || !r.error.empty();
       }
     }
   }
@@ -652,6 +749,7 @@ int Main(bool malloc_tuned) {
         if (!c.error.empty()) {
           emit(absl::StrFormat("| %s | error: %s |", SizeName(sizes[i]),
                                c.error));
+          failed = true;
           break;
         }
         raw.push_back(r);
@@ -666,26 +764,31 @@ int Main(bool malloc_tuned) {
                            Median(ps), Median(raw)));
     }
   }
-  emit("\n## Server-side apply (64 MB of fp32)\n");
-  const ApplyResult a = ApplyBandwidth(64 << 20, seconds);
-  emit(
-      "| memcpy GB/s | SGD apply GB/s | shard Push path GB/s | SGD / memcpy |");
-  emit("|---|---|---|---|");
-  emit(absl::StrFormat("| %.2f | %.2f | %.2f | %.2f |", a.memcpy_gbps,
-                       a.sgd_gbps, a.push_gbps, a.sgd_gbps / a.memcpy_gbps));
-  emit(
-      "\nBSP step close (sum of the staged gradient and a momentum update of "
-      "all 64 MB, by apply threads):\n");
-  emit("| apply threads | GB/s of weights | vs 1 thread |");
-  emit("|---|---|---|");
-  for (const auto& [threads, gbps] : a.close_gbps) {
-    emit(absl::StrFormat("| %d | %.2f | %.2fx |", threads, gbps,
-                         gbps / a.close_gbps.front().second));
+  // The server-side apply runs in this process: with --servers it would
+  // measure this host, not theirs.
+  if (remote == nullptr) {
+    emit("\n## Server-side apply (64 MB of fp32)\n");
+    const ApplyResult a = ApplyBandwidth(64 << 20, seconds);
+    emit(
+        "| memcpy GB/s | SGD apply GB/s | shard Push path GB/s | SGD / memcpy "
+        "|");
+    emit("|---|---|---|---|");
+    emit(absl::StrFormat("| %.2f | %.2f | %.2f | %.2f |", a.memcpy_gbps,
+                         a.sgd_gbps, a.push_gbps, a.sgd_gbps / a.memcpy_gbps));
+    emit(
+        "\nBSP step close (sum of the staged gradient and a momentum update "
+        "of all 64 MB, by apply threads):\n");
+    emit("| apply threads | GB/s of weights | vs 1 thread |");
+    emit("|---|---|---|");
+    for (const auto& [threads, gbps] : a.close_gbps) {
+      emit(absl::StrFormat("| %d | %.2f | %.2fx |", threads, gbps,
+                           gbps / a.close_gbps.front().second));
+    }
   }
   if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
     std::ofstream(out) << report;
   }
-  return 0;
+  return failed ? 1 : 0;
 }
 
 }  // namespace
@@ -694,7 +797,9 @@ int Main(bool malloc_tuned) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "parameter-server push/pull throughput vs TCP and raw gRPC "
-      "ceilings, and server-side apply vs memcpy, on loopback.");
+      "ceilings, and server-side apply vs memcpy, on loopback; or push/pull "
+      "throughput against running ps_servers (--servers). Exits 1 if a case "
+      "failed (its row says why), 2 on a usage error.");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
   return ps::Main(ps::TuneMallocForLargeMessages());
