@@ -337,7 +337,10 @@ int main(int argc, char** argv) {
       "set up for, applies pushed gradients under the job's consistency "
       "model (BSP / ASP / SSP), serves pulls, and writes checkpoints.\n\n"
       "  ps_server --port=0 --port_file=/run/ps/server0.port "
-      "--data_dir=/var/lib/ps --token_file=/etc/ps/token\n");
+      "--data_dir=/var/lib/ps --token_file=/etc/ps/token\n\n"
+      "Environment: PS_TOKEN (the cluster token without --token_file); "
+      "PS_MALLOC_TUNING=0 keeps glibc's allocator defaults instead of "
+      "keeping freed message buffers (up to 256 MB) in the process.\n");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
   ps::TuneMallocForLargeMessages();

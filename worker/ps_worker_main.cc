@@ -354,7 +354,10 @@ int main(int argc, char** argv) {
       "ps_worker --coordinator=HOST:PORT [--device=cpu|cuda|cuda:N] "
       "[--token_file=FILE]\n"
       "Registers with the coordinator and trains the jobs it is assigned on "
-      "one device. Stops cleanly on SIGTERM/SIGINT (within one step).");
+      "one device. Stops cleanly on SIGTERM/SIGINT (within one step).\n"
+      "Environment: PS_TOKEN (the cluster token without --token_file); "
+      "PS_MALLOC_TUNING=0 keeps glibc's allocator defaults instead of "
+      "keeping freed message buffers (up to 256 MB) in the process.");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
   ps::TuneMallocForLargeMessages();
