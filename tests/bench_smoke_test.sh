@@ -77,6 +77,9 @@ if "$PS_BENCH" --ceilings=false --pairs=1 >"$T/psb2.out" 2>&1; then
 fi
 grep -q "pairs needs the ceilings" "$T/psb2.out" ||
   { cat "$T/psb2.out"; fail "no clear --pairs error"; }
+"$PS_BENCH" --servers=" , " >"$T/psb5.out" 2>&1 && rc=0 || rc=$?
+[ "$rc" = 2 ] && grep -q "no host:port" "$T/psb5.out" ||
+  { cat "$T/psb5.out"; fail "empty --servers: exit $rc, or no clear error"; }
 
 # ps_bench against a ps_server process: each case's job is set up there.
 PS_TOKEN=tok3n "$SERVER" --port=0 --port_file="$T/psb.port" \

@@ -641,6 +641,11 @@ int Main(bool malloc_tuned) {
       !servers.empty()) {
     remote = std::make_unique<RemoteServers>();
     remote->addresses = absl::StrSplit(servers, ',', absl::SkipWhitespace());
+    if (remote->addresses.empty()) {
+      std::fprintf(stderr, "--servers: no host:port in \"%s\"\n",
+                   servers.c_str());
+      return 2;
+    }
     absl::StatusOr<std::string> token =
         ReadClusterToken(absl::GetFlag(FLAGS_token_file));
     if (!token.ok()) {
