@@ -44,7 +44,7 @@ if env -u PS_TOKEN "$BENCH" --server="$ADDR" --steps=20 --batches=128 \
   >"$T/noauth.out" 2>&1; then
   cat "$T/noauth.out"; fail "train_bench without the token succeeded"
 fi
-grep -q "setup: $ADDR: SetupJob:" "$T/noauth.out" ||
+grep -q "setup: SetupJob: shard $ADDR: missing cluster token" "$T/noauth.out" ||
   { cat "$T/noauth.out"; fail "no clear setup error"; }
 # Nothing listening: refused before any measuring.
 if "$BENCH" --server=127.0.0.1:1 --steps=20 --batches=128 \
@@ -103,6 +103,6 @@ fi
 PS_TOKEN=wrong "$PS_BENCH" --servers="$ADDR" --sizes=4K --workers=1 \
   --seconds_per_case=0.1 >"$T/psb4.out" 2>&1 && rc=0 || rc=$?
 [ "$rc" = 1 ] || { cat "$T/psb4.out"; fail "wrong token: exit $rc, not 1"; }
-grep -q "error: SetupJob on $ADDR: .*wrong cluster token" "$T/psb4.out" ||
+grep -q "error: SetupJob: shard $ADDR: wrong cluster token" "$T/psb4.out" ||
   { cat "$T/psb4.out"; fail "no clear wrong-token error"; }
 echo "PASS"

@@ -236,8 +236,8 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
                           ? remote->shards->SetupJob(addresses[s], r).status()
                           : shards[s]->store->SetupJob(r).status();
     if (!st.ok()) {
-      result.error =
-          absl::StrCat("SetupJob on ", addresses[s], ": ", st.message());
+      // (The shard client's message names the server already.)
+      result.error = absl::StrCat("SetupJob: ", st.message());
       teardown();
       return result;
     }

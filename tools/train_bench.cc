@@ -287,7 +287,8 @@ int Main() {
         setup.add_worker_ids(1);
         if (absl::Status s = shards->SetupJob(address, setup).status();
             !s.ok()) {
-          std::fprintf(stderr, "setup: %s: SetupJob: %s\n", address.c_str(),
+          // (The shard client's message names the server.)
+          std::fprintf(stderr, "setup: SetupJob: %s\n",
                        std::string(s.message()).c_str());
           return 1;
         }
