@@ -11,7 +11,7 @@
 namespace ps {
 namespace {
 
-long MinorFaults() {
+[[maybe_unused]] long MinorFaults() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return u.ru_minflt;
@@ -19,7 +19,7 @@ long MinorFaults() {
 
 // Allocates, touches and frees four 12 MB buffers; returns the page faults
 // that took.
-long FaultsOfOneRound() {
+[[maybe_unused]] long FaultsOfOneRound() {
   const long before = MinorFaults();
   std::vector<char*> blocks;
   for (int i = 0; i < 4; ++i) {
