@@ -406,6 +406,17 @@ class ShardStoreImpl final : public ShardStore {
   // marks it closing; the caller then runs ApplyStep without `job.mu`.
   static bool TakeStepIfReady(Job& job, std::vector<int64_t>* workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
+  // BSP: counts the end of step of push `args` once the worker's pushes
+  // numbered below it have landed (waiting up to `deadline`), and takes
+  // the step into `take` if that completes it. For a `retry` (a duplicate
+  // of a push whose first attempt may have timed out in that wait, its
+  // data applied but its end of step not counted) it counts the end of
+  // step if that is still missing, and never counts a drop.
+  // DEADLINE_EXCEEDED if the earlier pushes did not land in time.
+  static absl::Status EndBspStep(Job& job, const PushArgs& args,
+                                 absl::Time deadline, bool retry,
+                                 PushResult* result, std::vector<int64_t>* take)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
   void ApplyStep(Job& job, int64_t step, const std::vector<int64_t>& workers);
   // BSP: applies `chunk`'s update of `step` now if every worker of
   // `active` has staged its complete (final) gradient of it; true if so.
@@ -855,6 +866,36 @@ absl::Status ShardStoreImpl::ApplyChecked(
   return absl::OkStatus();
 }
 
+absl::Status ShardStoreImpl::EndBspStep(Job& job, const PushArgs& args,
+                                        absl::Time deadline, bool retry,
+                                        PushResult* result,
+                                        std::vector<int64_t>* take) {
+  // The step is this worker's only once its earlier pushes of the step
+  // (lower seq numbers, possibly still in flight) have landed.
+  auto all_landed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu) {
+    return job.PushesLanded(args.worker_id, args.seq);
+  };
+  if (!job.mu.AwaitWithDeadline(absl::Condition(&all_landed), deadline) ||
+      job.shutting_down) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("end of step ", args.clock, " of worker ", args.worker_id,
+                     ": earlier pushes of the step did not arrive in time"));
+  }
+  auto it = job.workers.find(args.worker_id);
+  const bool active = it != job.workers.end() && it->second.active;
+  if (active && args.clock == job.version && !job.closing) {
+    // (`completed` is a set: a retry of a counted end of step changes
+    // nothing, and once the step closes its clock is behind the version.)
+    job.completed.insert(args.worker_id);
+    TakeStepIfReady(job, take);
+  } else if (!retry && (args.clock < job.version || job.closing)) {
+    job.dropped.fetch_add(1, std::memory_order_relaxed);
+    if (job.metrics.dropped != nullptr) job.metrics.dropped->Increment();
+    result->dropped = true;
+  }
+  return absl::OkStatus();
+}
+
 bool ShardStoreImpl::TakeStepIfReady(Job& job, std::vector<int64_t>* workers) {
   if (job.closing || static_cast<int>(job.completed.size()) < job.Needed()) {
     return false;
@@ -1022,7 +1063,7 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
   bool early = false;
   std::vector<int64_t> active;
   {
-    absl::MutexLock jl(&job->mu);
+    absl::ReleasableMutexLock jl(&job->mu);
     auto it = job->workers.find(args.worker_id);
     if (it == job->workers.end() || !it->second.active) {
       Reject(*job);
@@ -1037,6 +1078,20 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
       if (job->metrics.duplicate != nullptr)
         job->metrics.duplicate->Increment();
       result.duplicate = true;
+      // A retried end of step whose first attempt timed out waiting for
+      // the worker's earlier pushes: its data is in, its end of step is
+      // counted now. (A first attempt still in flight counts it itself.)
+      std::vector<int64_t> take;
+      if (bsp && args.end_of_step && !w.seq.in_flight.contains(args.seq)) {
+        PS_RETURN_IF_ERROR(
+            EndBspStep(*job, args, deadline, /*retry=*/true, &result, &take));
+      }
+      jl.Release();
+      if (!take.empty()) {
+        ApplyStep(*job, args.clock, take);
+        absl::MutexLock l(&job->mu);
+        result.version = job->version;
+      }
       return result;
     }
     if (bsp && job->early_step == job->version &&
@@ -1206,28 +1261,8 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
         if (job->metrics.version != nullptr)
           job->metrics.version->Set(job->version);
       } else {
-        // The step is this worker's only once its earlier pushes of the
-        // step (lower seq numbers, possibly still in flight) have landed.
-        auto all_landed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(job->mu) {
-          return job->PushesLanded(args.worker_id, args.seq);
-        };
-        if (!job->mu.AwaitWithDeadline(absl::Condition(&all_landed),
-                                       deadline) ||
-            job->shutting_down) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "end of step ", args.clock, " of worker ", args.worker_id,
-              ": earlier pushes of the step did not arrive in time"));
-        }
-        if (job->workers[args.worker_id].active && args.clock == job->version &&
-            !job->closing) {
-          job->completed.insert(args.worker_id);
-          TakeStepIfReady(*job, &take);
-        } else if (args.clock < job->version || job->closing) {
-          job->dropped.fetch_add(1, std::memory_order_relaxed);
-          if (job->metrics.dropped != nullptr)
-            job->metrics.dropped->Increment();
-          result.dropped = true;
-        }
+        PS_RETURN_IF_ERROR(
+            EndBspStep(*job, args, deadline, /*retry=*/false, &result, &take));
       }
     }
     result.version = job->version;

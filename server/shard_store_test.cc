@@ -350,6 +350,37 @@ TEST(ShardStore, BspEndOfStepWaitsForEarlierPushesOfTheStep) {
   EXPECT_EQ(lost.status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
+TEST(ShardStore, BspEndOfStepRetriedAfterItTimedOutIsCounted) {
+  FakeClock clock;
+  auto store = NewStore(&clock);
+  ASSERT_TRUE(
+      store->SetupJob(JobSetup(MakeSpec(ConsistencySpec::BSP), {1, 2})).ok());
+  // Worker 1's end of step overtakes its earlier push and times out
+  // waiting for it: its gradient is staged, its end of step not counted.
+  auto first = PushValue(*store, 1, 2, 0, 1.0f, true, 0, absl::Now());
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(PushValue(*store, 1, 1, 0, 2.0f, false).ok());
+  // The client retries it with the same number: the gradient is not
+  // staged again, and the end of step counts now.
+  auto retry = PushValue(*store, 1, 2, 0, 1.0f, true);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_TRUE(retry->duplicate);
+  EXPECT_FALSE(retry->dropped);
+  EXPECT_EQ(Version(*store), 0);  // worker 2 has not ended the step
+  auto last = PushValue(*store, 2, 1, 0, 3.0f, true);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(Version(*store), 1);
+  // The average of worker 1's 1 + 2 (once) and worker 2's 3.
+  ExpectAll(Weights(*store), 1.0f - 3.0f);
+  // A second retry after the step closed changes nothing and is no drop.
+  auto again = PushValue(*store, 1, 2, 0, 1.0f, true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->duplicate);
+  EXPECT_FALSE(again->dropped);
+  EXPECT_EQ(Version(*store), 1);
+  ExpectAll(Weights(*store), 1.0f - 3.0f);
+}
+
 TEST(ShardStore, BspPullWaitsForTheVersion) {
   FakeClock clock;
   auto store = NewStore(&clock);
