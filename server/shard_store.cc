@@ -1085,6 +1085,7 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
       if (bsp && args.end_of_step && !w.seq.in_flight.contains(args.seq)) {
         PS_RETURN_IF_ERROR(
             EndBspStep(*job, args, deadline, /*retry=*/true, &result, &take));
+        result.version = job->version;
       }
       jl.Release();
       if (!take.empty()) {
