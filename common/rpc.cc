@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/config.h"
 #include "common/status.h"
 
@@ -45,6 +46,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     creds = grpc::InsecureChannelCredentials();
   }
   return grpc::CreateCustomChannel(address, creds, args);
+}
+
+bool CanConnect(const std::string& address, absl::Duration timeout) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeChannel(address);
+  return channel.ok() && (*channel)->WaitForConnected(
+                             absl::ToChronoTime(absl::Now() + timeout));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -45,6 +45,10 @@ struct ChannelOptions {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     const std::string& address, const ChannelOptions& options = {});
 
+// Whether a plaintext connection to `address` comes up within `timeout`
+// (tools check a server given on their command line before measuring).
+bool CanConnect(const std::string& address, absl::Duration timeout);
+
 // Server credentials: plaintext, TLS, or mutual TLS when tls.ca_file is set
 // (clients must present a certificate the CA signed).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -75,22 +75,26 @@ PS_VECTOR_CLONES void SgdDecayLoop(size_t n, float lr, float scale, float wd,
   for (size_t i = 0; i < n; ++i) o[i] = w[i] - lr * (g[i] * scale + wd * w[i]);
 }
 
+// The float at `p` (any alignment); sets `bad` if it is not finite, which is
+// exactly when its exponent bits are all ones (an integer test whose
+// OR-reduction vectorises).
+inline float LoadChecked(const char* p, uint32_t& bad) {
+  uint32_t bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
 // SgdLoop and SgdDecayLoop fused with the NaN/Inf check, the gradient read
-// from raw bytes at any alignment. A float is not finite exactly when its
-// exponent bits are all ones; the integer OR-reduction vectorises. Returns
-// nonzero if an element was not finite.
+// from raw bytes at any alignment. Return nonzero if an element was not
+// finite.
 PS_VECTOR_CLONES uint32_t SgdCheckedLoop(size_t n, float a,
                                          const char* __restrict g,
                                          const float* w, float* o) {
   uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, g + 4 * i, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    float gi;
-    std::memcpy(&gi, &bits, sizeof(gi));
-    o[i] = w[i] - a * gi;
-  }
+  for (size_t i = 0; i < n; ++i) o[i] = w[i] - a * LoadChecked(g + 4 * i, bad);
   return bad;
 }
 
@@ -100,12 +104,7 @@ PS_VECTOR_CLONES uint32_t SgdDecayCheckedLoop(size_t n, float lr, float scale,
                                               const float* w, float* o) {
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, g + 4 * i, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    float gi;
-    std::memcpy(&gi, &bits, sizeof(gi));
-    o[i] = w[i] - lr * (gi * scale + wd * w[i]);
+    o[i] = w[i] - lr * (LoadChecked(g + 4 * i, bad) * scale + wd * w[i]);
   }
   return bad;
 }

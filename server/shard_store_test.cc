@@ -675,11 +675,7 @@ TEST(ShardStore, SegmentedPayloadsApplyAndAreChecked) {
         buffers.emplace_back(c.num_elements, 0.25f);
       }
       auto make = [&](uint64_t seq) {
-        PushArgs args;
-        args.job_id = "job1";
-        args.worker_id = 1;
-        args.seq = seq;
-        args.end_of_step = true;
+        PushArgs args = PushHeader(1, seq, 0, 0, true);
         for (const Chunk& c : placement->chunks) {
           PushChunk pc;
           pc.chunk_id = c.chunk_id;
@@ -736,11 +732,7 @@ TEST(ShardStore, AspPushWithOneBadChunkChangesNoChunk) {
         NarrowFromFloat(dtype, g, buffers.back().data());
       }
       auto make = [&](uint64_t seq) {
-        PushArgs args;
-        args.job_id = "job1";
-        args.worker_id = 1;
-        args.seq = seq;
-        args.end_of_step = true;
+        PushArgs args = PushHeader(1, seq, 0, 0, true);
         // The chunks in descending order: the locks are still taken in one.
         for (auto it = placement->chunks.rbegin();
              it != placement->chunks.rend(); ++it) {

@@ -656,11 +656,7 @@ int Main(bool malloc_tuned) {
     remote->token = *token;
     // A wrong address fails here, at once, not as a case's error.
     for (const std::string& address : remote->addresses) {
-      absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-          MakeChannel(address);
-      if (!channel.ok() ||
-          !(*channel)->WaitForConnected(std::chrono::system_clock::now() +
-                                        std::chrono::seconds(5))) {
+      if (!CanConnect(address, absl::Seconds(5))) {
         std::fprintf(stderr, "--servers: cannot connect to %s within 5 s\n",
                      address.c_str());
         return 1;

@@ -193,12 +193,8 @@ int Main() {
   std::string address = absl::GetFlag(FLAGS_server);
   const bool remote = !address.empty();
   if (remote) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        MakeChannel(address);
-    if (!channel.ok()) return 1;
     // Before the compute-only loop: a wrong address fails at once.
-    if (!(*channel)->WaitForConnected(std::chrono::system_clock::now() +
-                                      std::chrono::seconds(5))) {
+    if (!CanConnect(address, absl::Seconds(5))) {
       std::fprintf(stderr, "--server: cannot connect to %s within 5 s\n",
                    address.c_str());
       return 1;

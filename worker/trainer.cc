@@ -224,20 +224,6 @@ absl::StatusOr<TrainResult> Train(
       }
     }
   }
-  // Where the next step's weights land and this step's gradient is sent
-  // from, in overlap mode: host spans over the buffers above.
-  auto overlap_spans = [&](std::vector<absl::Span<const float>>* grad_spans,
-                           std::vector<absl::Span<float>>* next_spans) {
-    for (int i = 0; i < mlp->num_parameters(); ++i) {
-      const int64_t n = mlp->parameters()[i].size;
-      float* g = direct ? static_cast<float*>(spare_grads[i].data())
-                        : overlap_grads[i].data();
-      float* w = direct ? static_cast<float*>(spare_weights[i].data())
-                        : overlap_weights[i].data();
-      grad_spans->push_back(absl::MakeConstSpan(g, n));
-      next_spans->push_back(absl::MakeSpan(w, n));
-    }
-  };
 
   // On every way out (a stop, an error), the calls still in flight are
   // ended before the model and the buffers above are freed.
@@ -508,7 +494,17 @@ absl::StatusOr<TrainResult> Train(
       }
       std::vector<absl::Span<const float>> grad_spans;
       std::vector<absl::Span<float>> next_spans;
-      overlap_spans(&grad_spans, &next_spans);
+      for (int i = 0; i < mlp->num_parameters(); ++i) {
+        const int64_t n = mlp->parameters()[i].size;
+        grad_spans.push_back(absl::MakeConstSpan(
+            direct ? static_cast<float*>(spare_grads[i].data())
+                   : overlap_grads[i].data(),
+            n));
+        next_spans.push_back(
+            absl::MakeSpan(direct ? static_cast<float*>(spare_weights[i].data())
+                                  : overlap_weights[i].data(),
+                           n));
+      }
       if (clock + 1 < total_steps) {
         in_flight = params->StartStepEnd(clock, version, std::move(grad_spans),
                                          std::move(next_spans));
