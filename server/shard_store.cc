@@ -36,11 +36,6 @@ void LogLine(const std::string& line) {
   std::fprintf(stderr, "[ps_server] %s\n", line.c_str());
 }
 
-class RealClock final : public Clock {
- public:
-  absl::Time Now() override { return absl::Now(); }
-};
-
 // Exactly-once bookkeeping of one worker's sequence numbers: everything up to
 // `contiguous` is done, plus the sparse set above it; bounded because gaps
 // close as the pushes complete (rejected ones consume their number too).
@@ -449,7 +444,7 @@ class ShardStoreImpl final : public ShardStore {
   }
 
   const ShardStoreOptions options_;
-  Clock* const clock_;
+  const Clock* const clock_;
   ApplyPool apply_pool_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
@@ -1708,11 +1703,6 @@ absl::StatusOr<ShardStatus> ShardStoreImpl::GetShardStatus(
 }
 
 }  // namespace
-
-Clock* Clock::Real() {
-  static Clock* const clock = new RealClock();
-  return clock;
-}
 
 int DefaultApplyThreads() {
   return static_cast<int>(

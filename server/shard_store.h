@@ -52,25 +52,19 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/placement.h"
 #include "proto/parameter_service.pb.h"
 
 namespace ps::server {
 
-// Time source; tests inject a fake one. Only used for timestamps and
-// time-based checkpoint periods, never for waiting.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual absl::Time Now() = 0;
-  static Clock* Real();  // process-wide, never destroyed
-};
-
 struct ShardStoreOptions {
   // Checkpoints go to <data_dir>/<job_id>/; empty: checkpoints are refused.
   std::string data_dir;
-  Clock* clock = nullptr;              // null: Clock::Real()
+  // Timestamps and time-based checkpoint periods, never waiting; null:
+  // Clock::Real().
+  const Clock* clock = nullptr;
   MetricsRegistry* metrics = nullptr;  // null: no Prometheus metrics
   // Threads that apply a BSP step's update when it closes (the closing
   // thread and apply_threads - 1 helpers), chunks spread over them; >= 1.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/config.h"
+#include "common/fake_clock.h"
 #include "common/payload_codec.h"
 #include "common/placement.h"
 #include "common/rpc.h"
@@ -20,15 +21,6 @@
 
 namespace ps::server {
 namespace {
-
-class FakeClock final : public Clock {
- public:
-  absl::Time Now() override { return now_; }
-  void Advance(absl::Duration d) { now_ += d; }
-
- private:
-  absl::Time now_ = absl::FromUnixSeconds(1700000000);
-};
 
 // A far deadline for waits that the test releases itself, and a past one
 // for waits that must time out at once.

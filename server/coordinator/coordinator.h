@@ -33,7 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "proto/coordinator_service.pb.h"
-#include "server/coordinator/clock.h"
+#include "common/clock.h"
 #include "server/coordinator/job_store.h"
 #include "server/coordinator/shard_client.h"
 

@@ -22,7 +22,7 @@
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
-#include "server/coordinator/clock.h"
+#include "common/clock.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/job_store.h"
@@ -121,7 +121,6 @@ int Run() {
   shard_options.token = *token;
   shard_options.tls = tls;
   std::unique_ptr<ShardClient> shards = MakeGrpcShardClient(shard_options);
-  SystemClock clock;
   CoordinatorOptions options;
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
   options.member_timeout_ms = absl::GetFlag(FLAGS_member_timeout_ms);
@@ -134,7 +133,7 @@ int Run() {
     return 2;
   }
   absl::StatusOr<std::unique_ptr<Coordinator>> core =
-      Coordinator::Create(options, &clock, store->get(), shards.get());
+      Coordinator::Create(options, Clock::Real(), store->get(), shards.get());
   if (!core.ok()) {
     std::fprintf(stderr, "coordinator: cannot load the job store in %s: %s\n",
                  data_dir.c_str(),

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "server/coordinator/fake_clock.h"
+#include "common/fake_clock.h"
 
 namespace ps::coordinator {
 namespace {

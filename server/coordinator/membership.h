@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/coordinator_service.pb.h"
-#include "server/coordinator/clock.h"
+#include "common/clock.h"
 
 namespace ps::coordinator {
 

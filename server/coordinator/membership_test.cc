@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "server/coordinator/fake_clock.h"
+#include "common/fake_clock.h"
 
 namespace ps::coordinator {
 namespace {
