@@ -1,13 +1,14 @@
 // Makes Debian's absl::Mutex visible to ThreadSanitizer. The system Abseil
 // is built without -fsanitize=thread, so its Mutex carries no TSan
 // annotations and every field guarded by one looks racy. Preloaded into
-// TSan test processes (LD_PRELOAD, see tools/sanitizers/README or the TSan
-// line of tools/test.sh), this library interposes the out-of-line Mutex and
-// CondVar entry points, calls the real ones (dlsym RTLD_NEXT), and tells
-// TSan the happens-before edges: acquire after a lock is taken, release
-// before it is given up (also around Await and CondVar waits, which give the
-// lock up and take it again). Readers are treated like writers for these
-// edges, which can only hide reader-reader pairs (never races).
+// TSan test processes (LD_PRELOAD: tools/sanitizers/tsan_preload.sh builds
+// it, the TSan line of tools/test.sh uses it), this library interposes the
+// out-of-line Mutex and CondVar entry points, calls the real ones (dlsym
+// RTLD_NEXT), and tells TSan the happens-before edges: acquire after a lock
+// is taken, release before it is given up (also around Await and CondVar
+// waits, which give the lock up and take it again). Readers are treated like
+// writers for these edges, which can only hide reader-reader pairs (never
+// races).
 //
 // Conditions need one more edge. absl evaluates a waiter's Condition inside
 // the Mutex calls, in whichever thread holds the lock at that moment: the
