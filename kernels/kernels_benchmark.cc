@@ -3,13 +3,18 @@
 //
 //   bazel run -c opt //kernels:kernels_benchmark -- --blas_threads=1
 //
-// --blas_threads=N (default 1) bounds OpenBLAS's threads; all other flags go
-// to Google Benchmark. CUDA benchmarks report an error where no GPU works.
+// --blas_threads=N (default 1) bounds OpenBLAS's threads; --blas_check=false
+// keeps OpenBLAS's own choice of kernels (see kernels/blas_check.h; by
+// default a fallback to generic kernels is corrected by a restart); all
+// other flags go to Google Benchmark. The header names the BLAS core
+// (blas_core) and the CPU's features (blas_cpu). CUDA benchmarks report an
+// error where no GPU works.
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -19,6 +24,7 @@
 
 #include "benchmark/benchmark.h"
 #include "kernels/backend.h"
+#include "kernels/blas_check.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/mlp.h"
@@ -267,14 +273,25 @@ BENCHMARK(BM_CudaMlpTrainStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 }  // namespace ps::kernels
 
 int main(int argc, char** argv) {
-  // Take --blas_threads=N out before Google Benchmark sees the flags.
+  bool blas_check = true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--blas_check=false") == 0) blas_check = false;
+  }
+  // First, with argv as it came: it may restart this process.
+  const ps::kernels::BlasStartupResult blas = ps::kernels::RunBlasStartupCheck(
+      blas_check, ps::kernels::ReadBlasCheckEnv(), argv);
+  std::fprintf(stderr, "blas: %s\n", blas.message.c_str());
+  benchmark::AddCustomContext("blas_core", blas.core);
+  benchmark::AddCustomContext(
+      "blas_cpu", ps::kernels::DescribeCpu(ps::kernels::DetectCpuFeatures()));
+  // Take our flags out before Google Benchmark sees them.
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     constexpr char kFlag[] = "--blas_threads=";
     if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
       ps::kernels::blas_threads = std::atoi(argv[i] + sizeof(kFlag) - 1);
       if (ps::kernels::blas_threads < 1) ps::kernels::blas_threads = 1;
-    } else {
+    } else if (std::strncmp(argv[i], "--blas_check=", 13) != 0) {
       argv[kept++] = argv[i];
     }
   }

@@ -29,6 +29,7 @@
 #include "common/config.h"
 #include "common/process.h"
 #include "common/rpc.h"
+#include "kernels/blas_check.h"
 #include "kernels/cpu_backend.h"
 #include "server/coordinator/shard_client.h"
 #include "server/parameter_service.h"
@@ -42,6 +43,11 @@ ABSL_FLAG(int, repeats, 1,
           "Measurements of each case, each mode's after a fresh compute-only "
           "one; the summary gives the median and range of the ratios.");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads of the worker.");
+ABSL_FLAG(bool, blas_check, true,
+          "At start-up, restart once with OPENBLAS_CORETYPE set where "
+          "OpenBLAS fell back to a generic core on a CPU that has better "
+          "(as ps_worker does; a user-set OPENBLAS_CORETYPE is kept). "
+          "false: keep OpenBLAS's choice.");
 ABSL_FLAG(std::string, batches, "128,512", "Batch sizes to measure.");
 ABSL_FLAG(int, apply_threads, 0,
           "The in-process shard's BSP apply threads (ps_server "
@@ -241,9 +247,11 @@ int Main() {
     }
   }
   std::printf(
-      "MLP 784-256-128-10 on the CPU (%d BLAS thread), %d steps each, %d "
-      "repeat(s)\n",
-      absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_steps), repeats);
+      "MLP 784-256-128-10 on the CPU (%d BLAS thread, OpenBLAS core %s, "
+      "%s), %d steps each, %d repeat(s)\n",
+      absl::GetFlag(FLAGS_threads), kernels::CurrentBlasCore().c_str(),
+      kernels::DescribeCpu(kernels::DetectCpuFeatures()).c_str(),
+      absl::GetFlag(FLAGS_steps), repeats);
   std::printf("%6s %-17s %6s %16s %16s %7s\n", "batch", "mode", "repeat",
               "compute ex/s", "with PS ex/s", "ratio");
   // Each ratio divides by the compute-only loop measured in the same
@@ -343,6 +351,10 @@ int main(int argc, char** argv) {
       "gRPC (in this process, or the ps_server named by --server), against "
       "the same worker's compute-only loop.");
   absl::ParseCommandLine(argc, argv);
+  // First: it may restart this process (same pid and argv).
+  const ps::kernels::BlasStartupResult blas = ps::kernels::RunBlasStartupCheck(
+      absl::GetFlag(FLAGS_blas_check), ps::kernels::ReadBlasCheckEnv(), argv);
+  std::fprintf(stderr, "blas: %s\n", blas.message.c_str());
   ps::DisableMutexDeadlockDetection();
   ps::TuneMallocForLargeMessages();
   return ps::Main();

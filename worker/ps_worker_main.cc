@@ -18,6 +18,7 @@
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "kernels/blas_check.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
 #include "worker/coordinator_link.h"
@@ -39,6 +40,12 @@ ABSL_FLAG(std::string, token_file, "",
           "token). Never pass the token itself on the command line.");
 ABSL_FLAG(int, cpu_threads, 1, "BLAS threads for the CPU backend.");
 ABSL_FLAG(bool, allow_tf32, false, "Let cuBLAS use TF32 for fp32 GEMM.");
+ABSL_FLAG(bool, blas_check, true,
+          "At start-up, check the kernels OpenBLAS chose against the CPU: "
+          "where it fell back to a generic core on a CPU that has better "
+          "(OpenBLAS 0.3.21 on CPUs newer than it), restart once with "
+          "OPENBLAS_CORETYPE set to the core that fits. A user-set "
+          "OPENBLAS_CORETYPE is kept. false: keep OpenBLAS's choice.");
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "Heartbeat period.");
 ABSL_FLAG(int, server_retry_s, 60,
           "How long to retry an unresponsive parameter server before "
@@ -357,8 +364,13 @@ int main(int argc, char** argv) {
       "one device. Stops cleanly on SIGTERM/SIGINT (within one step).\n"
       "Environment: PS_TOKEN (the cluster token without --token_file); "
       "PS_MALLOC_TUNING=0 keeps glibc's allocator defaults instead of "
-      "keeping freed message buffers (up to 256 MB) in the process.");
+      "keeping freed message buffers (up to 256 MB) in the process; "
+      "OPENBLAS_CORETYPE, if set, is kept (see --blas_check).");
   absl::ParseCommandLine(argc, argv);
+  // First: it may restart this process (same pid and argv).
+  const ps::kernels::BlasStartupResult blas = ps::kernels::RunBlasStartupCheck(
+      absl::GetFlag(FLAGS_blas_check), ps::kernels::ReadBlasCheckEnv(), argv);
+  std::fprintf(stderr, "worker: blas: %s\n", blas.message.c_str());
   ps::DisableMutexDeadlockDetection();
   ps::TuneMallocForLargeMessages();
   signal(SIGTERM, ps::worker::OnSignal);
