@@ -35,6 +35,11 @@ has "WORKER" "$T/out" "members listed"
 has "ALIVE" "$T/out" "members alive"
 has "SERVER .*SERVING" "$T/out" "servers answer the gRPC health check"
 has "coordinator 127.0.0.1:[0-9]*: SERVING" "$T/out" "the coordinator answers the gRPC health check"
+# Workers register their BLAS core and GEMM probe (no address column).
+blas_core=$(awk '$2 == "WORKER" {print $4; exit}' "$T/out")
+gemm=$(awk '$2 == "WORKER" {print $5; exit}' "$T/out")
+[[ $blas_core =~ ^[A-Za-z0-9_]+$ && $gemm =~ ^[0-9]+\.[0-9]$ ]] ||
+  { echo "FAIL: no BLAS core / GEMM GF/s for a worker in:"; cat "$T/out"; fails=$((fails + 1)); }
 # Workers poll for their weights unless the cluster has more daemons (here
 # 3) than cores: then they are told to sleep at once.
 tr '\0' ' ' < "/proc/$(cat "$RUN/pids/worker-0.pid")/cmdline" > "$T/cmdline"
@@ -101,6 +106,14 @@ sed 's/max_steps: 30/max_steps: 100000/' "$T/ok.pbtxt" > "$T/long.pbtxt"
 expect 0 "submit long" -- psctl submit "$T/long.pbtxt"
 long=$(head -n1 "$T/out")
 sleep 1
+# (The workers' rows appear once the job has them: up to 20 s.)
+for _ in $(seq 40); do
+  expect 0 "explain a running job" -- psctl explain "$long"
+  grep -q "  $blas_core  " "$T/out" && break
+  sleep 0.5
+done
+has "GEMM GF/s  BLAS core" "$T/out" "explain's worker table has the GEMM probe"
+has "  $blas_core  " "$T/out" "explain names each worker's BLAS core"
 expect 0 "cancel" -- psctl cancel "$long"
 expect 1 "wait on a cancelled job" -- psctl wait "$long"
 has "CANCELLED" "$T/out" "cancelled state"

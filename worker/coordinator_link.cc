@@ -123,6 +123,8 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
     RegisterRequest req;
     req.set_role(WORKER);
     req.set_device(options_.device);
+    req.set_blas_core(options_.blas_core);
+    req.set_gemm_gflops(options_.gemm_gflops);
     req.set_member_id(member_id());
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);

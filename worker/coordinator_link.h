@@ -22,6 +22,10 @@ struct CoordinatorLinkOptions {
   std::string address;  // host:port
   std::string token;
   std::string device;  // reported at registration: "cpu" or "cuda:N"
+  // Also reported at registration: OpenBLAS's core in this process and the
+  // start-up GEMM probe of the device (kernels/gemm_probe.h).
+  std::string blas_core;
+  double gemm_gflops = 0;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration rpc_timeout = absl::Seconds(5);
   // TLS to the coordinator (off when empty); with cert_file and key_file this

@@ -21,6 +21,7 @@
 #include "kernels/blas_check.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
+#include "kernels/gemm_probe.h"
 #include "worker/coordinator_link.h"
 #include "worker/dataset.h"
 #include "worker/health_server.h"
@@ -152,7 +153,7 @@ class DataCache {
       cache_;
 };
 
-int Run() {
+int Run(const std::string& blas_core) {
   if (absl::GetFlag(FLAGS_wait_spin_us) < 0) {
     std::fprintf(stderr, "worker: --wait_spin_us must be >= 0, got %d\n",
                  absl::GetFlag(FLAGS_wait_spin_us));
@@ -175,6 +176,18 @@ int Run() {
   }
   std::fprintf(stderr, "worker: device %s (%s)\n", device->name.c_str(),
                device->backend->Name().c_str());
+  // Reported at registration: a slow device or BLAS core is visible in
+  // `psctl cluster status` and `psctl explain` before it makes a straggler.
+  const kernels::GemmProbeOptions probe_options;
+  absl::StatusOr<double> gflops =
+      kernels::ProbeGemmGflops(*device->backend, probe_options);
+  if (!gflops.ok()) {
+    std::fprintf(stderr, "worker: %s\n",
+                 std::string(gflops.status().message()).c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "worker: GEMM probe %.1f GFLOP/s (%d^3 fp32 on %s)\n",
+               *gflops, probe_options.n, device->name.c_str());
 
   TlsOptions tls;
   tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
@@ -186,6 +199,8 @@ int Run() {
   lo.tls = tls;
   lo.token = *token;
   lo.device = device->name;
+  lo.blas_core = blas_core;
+  lo.gemm_gflops = *gflops;
   lo.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   absl::StatusOr<std::unique_ptr<CoordinatorLink>> link =
@@ -376,5 +391,5 @@ int main(int argc, char** argv) {
   signal(SIGTERM, ps::worker::OnSignal);
   signal(SIGINT, ps::worker::OnSignal);
   signal(SIGPIPE, SIG_IGN);
-  return ps::worker::Run();
+  return ps::worker::Run(blas.core);
 }

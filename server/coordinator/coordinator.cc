@@ -1614,6 +1614,9 @@ absl::StatusOr<ExplainJobResponse> CoordinatorImpl::ExplainJob(
                              : 0;
     in.recent_events.assign(job->events.begin() + first, job->events.end());
   }
+  for (const auto& [id, worker] : in.workers) {
+    if (std::optional<Member> m = membership_.Get(id)) in.members[id] = *m;
+  }
   if (in.record.state() == RUNNING) {
     for (const std::string& address : in.record.servers()) {
       GetShardStatusRequest req;

@@ -107,15 +107,41 @@ std::string FormatExplanation(const ExplainInput& in) {
   if (r.slots_size() > 0) {
     absl::StrAppend(&t,
                     "workers:\n  rank  member  clock  heartbeat  "
-                    "steps/s  data shards  state\n");
+                    "steps/s  GEMM GF/s  BLAS core   data shards  state\n");
   }
   int64_t max_clock = 0;
+  const Member* fastest = nullptr;  // by GEMM probe
   for (const WorkerSlot& s : r.slots()) {
-    if (s.active()) max_clock = std::max(max_clock, s.clock());
+    if (!s.active()) continue;
+    max_clock = std::max(max_clock, s.clock());
+    auto m = in.members.find(s.member_id());
+    if (m != in.members.end() &&
+        (fastest == nullptr ||
+         m->second.gemm_gflops() > fastest->gemm_gflops())) {
+      fastest = &m->second;
+    }
   }
   for (const WorkerSlot& s : r.slots()) {
     std::string hb = "-";
     std::string rate = "-";
+    std::string gemm = "-";
+    std::string blas = "-";
+    auto m = in.members.find(s.member_id());
+    if (s.active() && m != in.members.end()) {
+      const double gflops = m->second.gemm_gflops();
+      if (gflops > 0) gemm = absl::StrFormat("%.1f", gflops);
+      if (!m->second.blas_core().empty()) blas = m->second.blas_core();
+      // A slow device or BLAS core: in BSP every worker waits for it.
+      if (r.state() == RUNNING && !s.done() && gflops > 0 &&
+          gflops < 0.5 * fastest->gemm_gflops()) {
+        diagnosis.push_back(absl::StrFormat(
+            "worker %d (rank %d) computes GEMM at %.1f GFLOP/s, under half "
+            "the fastest worker's %.1f (BLAS core %s against %s): a slow "
+            "device or BLAS makes it a straggler",
+            s.member_id(), s.rank(), gflops, fastest->gemm_gflops(), blas,
+            fastest->blas_core().empty() ? "-" : fastest->blas_core()));
+      }
+    }
     auto it = in.workers.find(s.member_id());
     if (s.active() && it != in.workers.end()) {
       hb = absl::StrCat(Seconds(now - it->second.last_heartbeat_ms), " ago");
@@ -138,8 +164,8 @@ std::string FormatExplanation(const ExplainInput& in) {
       state += absl::StrCat(", ", max_clock - s.clock(), " steps behind");
     }
     absl::StrAppendFormat(
-        &t, "  %4d  %6d  %5d  %9s  %7s  %-11s  %s\n", s.rank(), s.member_id(),
-        s.clock(), hb, rate,
+        &t, "  %4d  %6d  %5d  %9s  %7s  %9s  %-10s  %-11s  %s\n", s.rank(),
+        s.member_id(), s.clock(), hb, rate, gemm, blas,
         absl::StrCat("[", absl::StrJoin(s.data_shards(), ","), "]"), state);
   }
   // SSP: the fast workers wait once they are more than the bound ahead of

@@ -23,6 +23,9 @@ struct ExplainInput {
   };
   JobRecord record;                   // slot clocks filled in
   std::map<int64_t, Worker> workers;  // by member id, active workers
+  // The same workers as they registered (BLAS core, GEMM probe); a worker
+  // missing here shows "-".
+  std::map<int64_t, Member> members;
   // One per shard in shard order (an error: the shard did not answer);
   // empty when the job is not running.
   std::vector<absl::StatusOr<ShardStatus>> shards;
@@ -34,8 +37,10 @@ struct ExplainInput {
 // Lines: the job's state and reason; progress; the consistency bound in
 // force; each shard (version, the step it holds and for which workers,
 // blocked pulls, push counts) or UNREACHABLE; each worker (rank, member,
-// clock, last heartbeat, step rate, data shards, state, steps behind);
-// recent events; and a "diagnosis:" line naming what blocks the job.
+// clock, last heartbeat, step rate, GEMM probe and BLAS core, data shards,
+// state, steps behind); recent events; and a "diagnosis:" line naming what
+// blocks the job, or slows it (a running worker whose GEMM probe is under
+// half the fastest one's).
 std::string FormatExplanation(const ExplainInput& in);
 
 }  // namespace ps::coordinator

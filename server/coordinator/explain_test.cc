@@ -90,6 +90,30 @@ TEST(Explain, SaysWhatBlocksTheJob) {
          {"ASP: no staleness bound", "6.50", "diagnosis: nothing is blocked"}});
   }
   {
+    // The VM: one worker's OpenBLAS on its generic core.
+    ExplainInput in = Running(ConsistencySpec::BSP);
+    in.members[10].set_blas_core("SkylakeX");
+    in.members[10].set_gemm_gflops(181);
+    in.members[11].set_blas_core("Prescott");
+    in.members[11].set_gemm_gflops(35);
+    cases.push_back(
+        {"a worker with a slow BLAS",
+         in,
+         {"GEMM GF/s  BLAS core", "181.0  SkylakeX", "35.0  Prescott",
+          "diagnosis: worker 11 (rank 1) computes GEMM at 35.0 GFLOP/s, under "
+          "half the fastest worker's 181.0 (BLAS core Prescott against "
+          "SkylakeX): a slow device or BLAS makes it a straggler"}});
+  }
+  {
+    // Within 2x of each other: nothing to say.
+    ExplainInput in = Running(ConsistencySpec::ASP);
+    in.members[10].set_gemm_gflops(100);
+    in.members[11].set_gemm_gflops(60);
+    cases.push_back({"workers of similar speed",
+                     in,
+                     {"100.0", "60.0", "diagnosis: nothing is blocked"}});
+  }
+  {
     ExplainInput in;
     in.now_ms = kNow;
     in.record.set_job_id("job-4");

@@ -1,6 +1,7 @@
 #include "server/coordinator/membership.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,6 +25,12 @@ absl::StatusOr<Member> Membership::Register(const RegisterRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat(
         "register: member_id must be >= 0, got ", request.member_id()));
   }
+  if (!std::isfinite(request.gemm_gflops()) || request.gemm_gflops() < 0 ||
+      request.blas_core().size() > 64) {
+    return absl::InvalidArgumentError(
+        "register: gemm_gflops must be finite and >= 0, blas_core at most 64 "
+        "characters");
+  }
   absl::MutexLock l(&mu_);
   int64_t id = request.member_id();
   if (id == 0) {
@@ -37,6 +44,8 @@ absl::StatusOr<Member> Membership::Register(const RegisterRequest& request) {
   m.set_address(request.address());
   m.set_device(request.device());
   m.set_hostname(request.hostname());
+  m.set_blas_core(request.blas_core());
+  m.set_gemm_gflops(request.gemm_gflops());
   m.set_pid(request.pid());
   m.set_state(ALIVE);
   m.set_last_heartbeat_ms(clock_->NowMs());

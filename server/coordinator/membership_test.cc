@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <optional>
+#include <string>
+
 #include "common/fake_clock.h"
 
 namespace ps::coordinator {
@@ -48,6 +52,30 @@ TEST(Membership, RejectsBadRegistrations) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(m.Register(Worker(-3)).status().code(),
             absl::StatusCode::kInvalidArgument);
+  for (double gflops : {-1.0, std::nan(""), HUGE_VAL}) {
+    RegisterRequest r = Worker();
+    r.set_gemm_gflops(gflops);
+    EXPECT_EQ(m.Register(r).status().code(), absl::StatusCode::kInvalidArgument)
+        << gflops;
+  }
+  RegisterRequest long_core = Worker();
+  long_core.set_blas_core(std::string(65, 'x'));
+  EXPECT_EQ(m.Register(long_core).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Membership, KeepsTheWorkersBlasCoreAndGemmProbe) {
+  FakeClock clock;
+  Membership m(&clock, {});
+  RegisterRequest r = Worker();
+  r.set_blas_core("SkylakeX");
+  r.set_gemm_gflops(181.5);
+  const int64_t id = m.Register(r)->member_id();
+  std::optional<Member> got = m.Get(id);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->blas_core(), "SkylakeX");
+  EXPECT_EQ(got->gemm_gflops(), 181.5);
+  EXPECT_EQ(m.List()[0].blas_core(), "SkylakeX");
 }
 
 TEST(Membership, DeadAfterTimeoutAndReregisterRevives) {

@@ -306,7 +306,9 @@ int Main(int argc, char** argv) {
                  "Extra flag for the coordinator (repeatable)");
   CLI::App* down = cluster->add_subcommand("down", "Stop the local cluster");
   CLI::App* cstatus = cluster->add_subcommand(
-      "status", "Members and their health, and the local processes");
+      "status",
+      "Members and their health (workers: BLAS core and GEMM probe), and "
+      "the local processes");
 
   // jobs
   std::string job_file, job_id, format = "csv", out_prefix = "compare";
@@ -340,7 +342,8 @@ int Main(int argc, char** argv) {
   events->add_option("job", job_id, "Job id")->required();
   CLI::App* explain = app.add_subcommand(
       "explain",
-      "Why a job is not moving: shards, barriers, clocks, heartbeats");
+      "Why a job is not moving (or slow): shards, barriers, clocks, "
+      "heartbeats, each worker's GEMM probe and BLAS core");
   explain->add_option("job", job_id, "Job id")->required();
   CLI::App* compare = app.add_subcommand(
       "compare",
@@ -405,15 +408,22 @@ int Main(int argc, char** argv) {
     const int64_t now = absl::ToUnixMillis(absl::Now());
     std::printf("coordinator %s: %s\n\n", c->address().c_str(),
                 HealthOf(c->address()).c_str());
-    std::printf("%-6s %-7s %-22s %-8s %-6s %-15s %s\n", "id", "role", "address",
-                "device", "state", "last heartbeat", "health");
+    // Workers' BLAS core and start-up GEMM probe: a slow one is a
+    // straggler in waiting.
+    std::printf("%-6s %-7s %-22s %-8s %-11s %9s %-6s %-15s %s\n", "id", "role",
+                "address", "device", "BLAS core", "GEMM GF/s", "state",
+                "last heartbeat", "health");
     for (const Member& m : members.members()) {
       const std::string beat =
           absl::StrFormat("%.1fs ago", (now - m.last_heartbeat_ms()) / 1000.0);
-      std::printf("%-6lld %-7s %-22s %-8s %-6s %-15s %s\n",
+      const std::string gemm =
+          m.gemm_gflops() > 0 ? absl::StrFormat("%.1f", m.gemm_gflops()) : "-";
+      std::printf("%-6lld %-7s %-22s %-8s %-11s %9s %-6s %-15s %s\n",
                   static_cast<long long>(m.member_id()),
                   MemberRole_Name(m.role()).c_str(), m.address().c_str(),
-                  m.device().c_str(), MemberState_Name(m.state()).c_str(),
+                  m.device().c_str(),
+                  m.blas_core().empty() ? "-" : m.blas_core().c_str(),
+                  gemm.c_str(), MemberState_Name(m.state()).c_str(),
                   beat.c_str(),
                   m.address().empty() || m.state() != ALIVE
                       ? "-"
