@@ -3,12 +3,12 @@
 #include <grpc/slice.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/cast_math.h"
 
 namespace ps {
 
@@ -23,52 +23,6 @@ int DTypeSize(DType dtype) {
     default:
       return 0;
   }
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400) == 0);
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 |
-             (mant & 0x3ff) << 13;
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | mant << 13;
-  } else {
-    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t abs = x & 0x7fffffff;
-  if (abs >= 0x7f800000u) {  // Inf or NaN
-    return sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 : 0);
-  }
-  if (abs >= 0x477ff000u) return sign | 0x7c00;  // rounds to Inf
-  if (abs < 0x38800000u) {                       // subnormal half (or zero)
-    const float a = std::fabs(f) * 16777216.0f;  // 2^24: units of 2^-24
-    return sign | static_cast<uint16_t>(std::nearbyint(a));
-  }
-  // Normal: rebias the exponent, round mantissa to nearest even.
-  uint32_t h = abs - ((127 - 15) << 23);
-  h += 0xfff + ((h >> 13) & 1);
-  return sign | static_cast<uint16_t>(h >> 13);
 }
 
 absl::Status WidenToFloat(DType dtype, absl::string_view src,
@@ -93,14 +47,13 @@ absl::Status WidenToFloat(DType dtype, absl::string_view src,
     for (size_t i = 0; i < n; ++i) {
       uint16_t b;
       std::memcpy(&b, s + 2 * i, 2);
-      const uint32_t bits = static_cast<uint32_t>(b) << 16;
-      std::memcpy(&d[i], &bits, 4);
+      d[i] = kernels::Bf16BitsToFloat(b);
     }
   } else {
     for (size_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, s + 2 * i, 2);
-      d[i] = HalfToFloat(h);
+      d[i] = kernels::HalfBitsToFloat(h);
     }
   }
   return absl::OkStatus();
@@ -112,19 +65,12 @@ void NarrowFromFloat(DType dtype, absl::Span<const float> src, char* dst) {
     if (n > 0) std::memcpy(dst, src.data(), n * 4);
   } else if (dtype == BFLOAT16) {
     for (size_t i = 0; i < n; ++i) {
-      uint32_t x;
-      std::memcpy(&x, &src[i], 4);
-      uint16_t b;
-      if ((x & 0x7fffffff) > 0x7f800000u) {
-        b = static_cast<uint16_t>((x >> 16) | 0x40);  // keep NaN a NaN
-      } else {
-        b = static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-      }
+      const uint16_t b = kernels::FloatToBf16Bits(src[i]);
       std::memcpy(dst + 2 * i, &b, 2);
     }
   } else {
     for (size_t i = 0; i < n; ++i) {
-      const uint16_t h = FloatToHalf(src[i]);
+      const uint16_t h = kernels::FloatToHalfBits(src[i]);
       std::memcpy(dst + 2 * i, &h, 2);
     }
   }

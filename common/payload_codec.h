@@ -38,11 +38,10 @@ absl::Status WidenToFloat(DType dtype, absl::string_view src,
                           absl::Span<float> dst);
 
 // Narrows `src` to `dtype` (round to nearest even) into `dst`, which holds
-// src.size() * DTypeSize(dtype) bytes.
+// src.size() * DTypeSize(dtype) bytes. The element conversions are the
+// kernels' (kernels/cast_math.h), so a payload and a device cast agree to
+// the bit.
 void NarrowFromFloat(DType dtype, absl::Span<const float> src, char* dst);
-
-float HalfToFloat(uint16_t h);
-uint16_t FloatToHalf(float f);
 
 // A payload to send. `data` is the wire bytes (num_elements x dtype).
 struct ChunkOut {

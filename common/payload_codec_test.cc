@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cast_math.h"
+
 namespace ps {
 namespace {
 
@@ -159,10 +161,12 @@ TEST(PayloadCodec, HalfPrecisionRoundTrips) {
           << DType_Name(dtype) << " " << values[i] << " -> " << back[i];
     }
   }
-  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
-  EXPECT_EQ(HalfToFloat(0x3c00), 1.0f);
-  EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(1e6f))));
-  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+  EXPECT_EQ(kernels::FloatToHalfBits(1.0f), 0x3c00);
+  EXPECT_EQ(kernels::HalfBitsToFloat(0x3c00), 1.0f);
+  EXPECT_TRUE(
+      std::isinf(kernels::HalfBitsToFloat(kernels::FloatToHalfBits(1e6f))));
+  EXPECT_TRUE(std::isnan(
+      kernels::HalfBitsToFloat(kernels::FloatToHalfBits(std::nanf("")))));
   std::vector<float> out(2);
   EXPECT_EQ(
       WidenToFloat(FLOAT32, std::string(7, 'x'), absl::MakeSpan(out)).code(),
