@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -172,6 +174,63 @@ TEST(PayloadCodec, HalfPrecisionRoundTrips) {
       WidenToFloat(FLOAT32, std::string(7, 'x'), absl::MakeSpan(out)).code(),
       absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DTypeSize(static_cast<DType>(9)), 0);
+}
+
+float FromBits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The wire bits at the edges: round to nearest even (ties included), the
+// largest half, overflow, subnormals, signed zero, NaN kept a quiet NaN.
+TEST(PayloadCodec, NarrowsToTheExpectedBitsAtTheEdges) {
+  struct Case {
+    DType dtype;
+    float value;
+    uint16_t bits;
+  };
+  const Case cases[] = {
+      {FLOAT16, 1.0f, 0x3c00},
+      {FLOAT16, 1.0f + 0x1p-11f, 0x3c00},  // tie: to the even 1.0
+      {FLOAT16, 1.0f + 0x3p-11f, 0x3c02},  // tie: to the even 1 + 2^-9
+      {FLOAT16, 65504.0f, 0x7bff},
+      {FLOAT16, 65519.99f, 0x7bff},
+      {FLOAT16, 65520.0f, 0x7c00},
+      {FLOAT16, -std::numeric_limits<float>::infinity(), 0xfc00},
+      {FLOAT16, 0x1p-14f, 0x0400},  // smallest normal half
+      {FLOAT16, 0x1p-24f, 0x0001},  // smallest subnormal half
+      {FLOAT16, 0x1p-25f, 0x0000},  // tie: to the even 0
+      {FLOAT16, 0x3p-25f, 0x0002},  // tie: to the even 2 units
+      {FLOAT16, -0.0f, 0x8000},
+      {FLOAT16, FromBits(0x7f800001u), 0x7e00},  // signalling NaN
+      {BFLOAT16, 1.0f + 0x1p-8f, 0x3f80},        // tie: to the even 1.0
+      {BFLOAT16, 1.0f + 0x3p-8f, 0x3f82},
+      {BFLOAT16, FromBits(0x7f800001u), 0x7fc0},
+      {BFLOAT16, -0.0f, 0x8000},
+  };
+  for (const Case& c : cases) {
+    uint16_t bits = 0;
+    NarrowFromFloat(c.dtype, {&c.value, 1}, reinterpret_cast<char*>(&bits));
+    EXPECT_EQ(bits, c.bits) << DType_Name(c.dtype) << " " << c.value;
+    float back = 0;
+    ASSERT_TRUE(
+        WidenToFloat(c.dtype,
+                     absl::string_view(reinterpret_cast<const char*>(&bits), 2),
+                     absl::MakeSpan(&back, 1))
+            .ok());
+    if (std::isnan(c.value)) {
+      EXPECT_TRUE(std::isnan(back));
+    } else if (bits == 0x7c00 || bits == 0xfc00) {
+      EXPECT_TRUE(std::isinf(back));
+    } else {
+      EXPECT_EQ(std::signbit(back), std::signbit(c.value));
+      // Half an ulp: 2^-11 (fp16) or 2^-8 (bf16) relative, 2^-25 absolute.
+      const float rel = c.dtype == FLOAT16 ? 0x1p-11f : 0x1p-8f;
+      EXPECT_LE(std::fabs(back - c.value), 0x1p-25f + rel * std::fabs(c.value))
+          << c.value;
+    }
+  }
 }
 
 }  // namespace
