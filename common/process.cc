@@ -2,7 +2,6 @@
 
 #include <malloc.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "absl/synchronization/mutex.h"
@@ -13,14 +12,16 @@ void DisableMutexDeadlockDetection() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
-bool TuneMallocForLargeMessages() {
+bool MallocTuningEnabled(const char* ps_malloc_tuning) {
+  return ps_malloc_tuning == nullptr || std::strcmp(ps_malloc_tuning, "0") != 0;
+}
+
+bool TuneMallocForLargeMessages(bool enabled) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  (void)enabled;
   return false;  // the sanitizer's allocator ignores mallopt
 #else
-  if (const char* v = std::getenv("PS_MALLOC_TUNING");
-      v != nullptr && std::strcmp(v, "0") == 0) {
-    return false;
-  }
+  if (!enabled) return false;
   // mallopt returns 1 on success. Setting either threshold also switches
   // off glibc's dynamic adjustment of both.
   const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;

@@ -22,10 +22,15 @@ void DisableMutexDeadlockDetection();
 // (glibc's largest) and M_TRIM_THRESHOLD to 256 MB, so a process holds on
 // to at most that much freed memory at the top of each heap.
 //
-// Does nothing when the environment says PS_MALLOC_TUNING=0 (to measure
-// without it) or when a sanitizer supplies the allocator. Returns whether
-// the thresholds were set.
-bool TuneMallocForLargeMessages();
+// Does nothing when `enabled` is false (main() passes
+// MallocTuningEnabled(getenv("PS_MALLOC_TUNING")), so that
+// PS_MALLOC_TUNING=0 measures without it) or when a sanitizer supplies the
+// allocator. Returns whether the thresholds were set.
+bool TuneMallocForLargeMessages(bool enabled);
+
+// Whether a value of $PS_MALLOC_TUNING, as main() read it (null when unset),
+// asks for TuneMallocForLargeMessages: anything but "0".
+bool MallocTuningEnabled(const char* ps_malloc_tuning);
 
 }  // namespace ps
 

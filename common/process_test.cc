@@ -38,7 +38,7 @@ TEST(TuneMallocTest, FreedMessageBuffersAreNotFaultedInAgain) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a sanitizer supplies the allocator; mallopt does not apply";
 #else
-  ASSERT_TRUE(TuneMallocForLargeMessages());
+  ASSERT_TRUE(TuneMallocForLargeMessages(/*enabled=*/true));
   // A 20 MB buffer freed first: with glibc's default dynamic thresholds
   // this sets the mmap threshold to 20 MB and the trim threshold to 40 MB,
   // so the four 12 MB buffers below come from the heap, and freeing them
@@ -57,10 +57,11 @@ TEST(TuneMallocTest, FreedMessageBuffersAreNotFaultedInAgain) {
 #endif
 }
 
-TEST(TuneMallocTest, EnvironmentTurnsItOff) {
-  setenv("PS_MALLOC_TUNING", "0", 1);
-  EXPECT_FALSE(TuneMallocForLargeMessages());
-  unsetenv("PS_MALLOC_TUNING");
+TEST(TuneMallocTest, ZeroInTheEnvironmentTurnsItOff) {
+  EXPECT_FALSE(TuneMallocForLargeMessages(MallocTuningEnabled("0")));
+  EXPECT_TRUE(MallocTuningEnabled(nullptr));  // unset
+  EXPECT_TRUE(MallocTuningEnabled("1"));
+  EXPECT_TRUE(MallocTuningEnabled(""));
 }
 
 }  // namespace

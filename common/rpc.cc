@@ -108,12 +108,12 @@ absl::Status CheckToken(const grpc::ServerContextBase& context,
 }
 
 absl::StatusOr<std::string> ReadClusterToken(const std::string& file,
-                                             const char* env_var) {
+                                             const char* env_token) {
   std::string token;
   if (!file.empty()) {
     PS_ASSIGN_OR_RETURN(token, ReadFile(file));
-  } else if (const char* env = std::getenv(env_var); env != nullptr) {
-    token = env;
+  } else if (env_token != nullptr) {
+    token = env_token;
   }
   return std::string(absl::StripAsciiWhitespace(token));
 }

@@ -66,11 +66,12 @@ absl::Status CheckToken(const grpc::ServerContextBase& context,
 // Constant-time equality (the time depends only on the lengths).
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
-// Reads the cluster token from `file` if set, else from the environment
-// variable `env_var` (read here, in main()'s helpers, never in libraries).
-// Surrounding whitespace is stripped. An empty result is allowed (no auth).
+// The cluster token: the contents of `file` if set, else `env_token`, the
+// value of $PS_TOKEN as main() read it (null when unset; libraries read no
+// environment). Surrounding whitespace is stripped. An empty result is
+// allowed (no auth).
 absl::StatusOr<std::string> ReadClusterToken(const std::string& file,
-                                             const char* env_var = "PS_TOKEN");
+                                             const char* env_token);
 
 struct RetryPolicy {
   int max_attempts = 5;

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -81,6 +84,20 @@ TEST(Token, ConstantTimeEquals) {
   EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
   EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
   EXPECT_TRUE(ConstantTimeEquals("", ""));
+}
+
+// The file wins over the value main() read from $PS_TOKEN; whitespace
+// around either is dropped; neither: no token.
+TEST(Token, ReadClusterTokenPrefersTheFileOverTheEnvironment) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string file =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/rpc_test_token";
+  std::ofstream(file, std::ios::trunc) << "  from-file\n";
+  EXPECT_EQ(*ReadClusterToken(file, "from-env"), "from-file");
+  EXPECT_EQ(*ReadClusterToken("", " from-env\n"), "from-env");
+  EXPECT_EQ(*ReadClusterToken("", nullptr), "");
+  EXPECT_EQ(ReadClusterToken(file + ".absent", "from-env").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 // A real gRPC server whose one method checks the token.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -175,8 +176,8 @@ void CoordinatorLoop(const std::string& coordinator, const std::string& address,
 }
 
 int Run() {
-  absl::StatusOr<std::string> token =
-      ReadClusterToken(absl::GetFlag(FLAGS_token_file));
+  absl::StatusOr<std::string> token = ReadClusterToken(
+      absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
   if (!token.ok()) {
     Log(token.status().ToString());
     return 2;
@@ -343,6 +344,7 @@ int main(int argc, char** argv) {
       "keeping freed message buffers (up to 256 MB) in the process.\n");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
-  ps::TuneMallocForLargeMessages();
+  ps::TuneMallocForLargeMessages(
+      ps::MallocTuningEnabled(std::getenv("PS_MALLOC_TUNING")));
   return ps::server::Run();
 }

@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -646,8 +647,8 @@ int Main(bool malloc_tuned) {
                    servers.c_str());
       return 2;
     }
-    absl::StatusOr<std::string> token =
-        ReadClusterToken(absl::GetFlag(FLAGS_token_file));
+    absl::StatusOr<std::string> token = ReadClusterToken(
+        absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
     if (!token.ok()) {
       std::fprintf(stderr, "%s\n",
                    std::string(token.status().message()).c_str());
@@ -803,5 +804,6 @@ int main(int argc, char** argv) {
       "failed (its row says why), 2 on a usage error.");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
-  return ps::Main(ps::TuneMallocForLargeMessages());
+  return ps::Main(ps::TuneMallocForLargeMessages(
+      ps::MallocTuningEnabled(std::getenv("PS_MALLOC_TUNING"))));
 }

@@ -194,7 +194,8 @@ int Main() {
   std::unique_ptr<server::ShardStore> store;
   std::unique_ptr<server::ParameterServiceAdapter> adapter;
   std::unique_ptr<grpc::Server> server;
-  absl::StatusOr<std::string> token = ReadClusterToken("");
+  absl::StatusOr<std::string> token =
+      ReadClusterToken("", std::getenv("PS_TOKEN"));
   if (!token.ok()) return 1;
   std::string address = absl::GetFlag(FLAGS_server);
   const bool remote = !address.empty();
@@ -356,6 +357,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_blas_check), ps::kernels::ReadBlasCheckEnv(), argv);
   std::fprintf(stderr, "blas: %s\n", blas.message.c_str());
   ps::DisableMutexDeadlockDetection();
-  ps::TuneMallocForLargeMessages();
+  ps::TuneMallocForLargeMessages(
+      ps::MallocTuningEnabled(std::getenv("PS_MALLOC_TUNING")));
   return ps::Main();
 }

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -159,8 +160,8 @@ int Run(const std::string& blas_core) {
                  absl::GetFlag(FLAGS_wait_spin_us));
     return 2;
   }
-  absl::StatusOr<std::string> token =
-      ReadClusterToken(absl::GetFlag(FLAGS_token_file));
+  absl::StatusOr<std::string> token = ReadClusterToken(
+      absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
   if (!token.ok()) {
     std::fprintf(stderr, "worker: %s\n",
                  std::string(token.status().message()).c_str());
@@ -387,7 +388,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_blas_check), ps::kernels::ReadBlasCheckEnv(), argv);
   std::fprintf(stderr, "worker: blas: %s\n", blas.message.c_str());
   ps::DisableMutexDeadlockDetection();
-  ps::TuneMallocForLargeMessages();
+  ps::TuneMallocForLargeMessages(
+      ps::MallocTuningEnabled(std::getenv("PS_MALLOC_TUNING")));
   signal(SIGTERM, ps::worker::OnSignal);
   signal(SIGINT, ps::worker::OnSignal);
   signal(SIGPIPE, SIG_IGN);

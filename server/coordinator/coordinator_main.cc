@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -18,11 +19,11 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
-#include "common/clock.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/job_store.h"
@@ -99,8 +100,8 @@ int Run() {
     std::fprintf(stderr, "coordinator: --data_dir is required (see --help)\n");
     return 2;
   }
-  absl::StatusOr<std::string> token =
-      ReadClusterToken(absl::GetFlag(FLAGS_token_file));
+  absl::StatusOr<std::string> token = ReadClusterToken(
+      absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
   if (!token.ok()) {
     std::fprintf(stderr, "coordinator: %s\n",
                  std::string(token.status().message()).c_str());

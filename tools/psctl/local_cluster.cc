@@ -309,7 +309,9 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
   }
 
   // Wait until every daemon has registered.
-  PS_ASSIGN_OR_RETURN(std::string token, ReadClusterToken(token_file));
+  // The daemons were given --token_file: this reads the same file.
+  PS_ASSIGN_OR_RETURN(std::string token,
+                      ReadClusterToken(token_file, /*env_token=*/nullptr));
   ChannelOptions channel_options;
   channel_options.tls = o.tls;
   PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, channel_options));

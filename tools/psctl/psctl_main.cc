@@ -88,7 +88,8 @@ class Client {
         access((g.run_dir + "/token").c_str(), R_OK) == 0) {
       token_file = g.run_dir + "/token";
     }
-    PS_ASSIGN_OR_RETURN(std::string token, ReadClusterToken(token_file));
+    PS_ASSIGN_OR_RETURN(std::string token,
+                        ReadClusterToken(token_file, std::getenv("PS_TOKEN")));
     ChannelOptions channel_options;
     channel_options.tls = g.tls;
     PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, channel_options));
