@@ -2,14 +2,13 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
-#include <sstream>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_system.h"
 #include "common/model.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -411,18 +410,7 @@ absl::Status ParseText(absl::string_view text, absl::string_view source,
 }  // namespace
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    return absl::NotFoundError(absl::StrCat("no such file: ", path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot open ", path));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::InternalError(absl::StrCat("cannot read ", path));
-  return ss.str();
+  return FileSystem::Posix()->ReadFile(path);
 }
 
 absl::Status ValidateJobSpec(const JobSpec& spec,

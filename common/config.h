@@ -52,7 +52,8 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(absl::string_view text,
 absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path);
 absl::Status ValidateClusterSpec(const ClusterSpec& spec);
 
-// Reads a whole file. NOT_FOUND / PERMISSION_DENIED / INTERNAL name the path.
+// Reads a whole file (FileSystem::Posix()->ReadFile). NOT_FOUND /
+// PERMISSION_DENIED / INTERNAL name the path.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 }  // namespace ps

@@ -1,5 +1,7 @@
 #include "common/status.h"
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +35,16 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
   return absl::Status(status.code(),
                       absl::StrCat(context, ": ", status.message()));
+}
+
+absl::Status ErrnoError(absl::string_view what, absl::string_view path,
+                        int error_number) {
+  std::string message =
+      absl::StrCat(what, " ", path, ": ", std::strerror(error_number));
+  if (error_number == EACCES || error_number == EPERM) {
+    return absl::PermissionDeniedError(message);
+  }
+  return absl::InternalError(message);
 }
 
 }  // namespace ps

@@ -26,6 +26,12 @@ bool IsRetryable(const absl::Status& status);
 // Prefixes the message with context, keeping the code.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
 
+// A failed system call on `path`: "<what> <path>: <system error text>",
+// PERMISSION_DENIED for EACCES / EPERM, INTERNAL otherwise. Pass errno (or
+// an std::error_code's value) before another call can change it.
+absl::Status ErrnoError(absl::string_view what, absl::string_view path,
+                        int error_number);
+
 }  // namespace ps
 
 #define PS_STATUS_CONCAT_INNER_(a, b) a##b

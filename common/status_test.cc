@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 namespace ps {
 namespace {
 
@@ -71,6 +73,17 @@ TEST(Status, MacrosReturnEarly) {
   EXPECT_EQ(out, 2);
   EXPECT_EQ(QuarterInto(6, &out).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(QuarterInto(3, &out).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Status, ErrnoErrorNamesThePathAndTheSystemError) {
+  const absl::Status denied = ErrnoError("cannot create", "/x/y.tmp", EACCES);
+  EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(denied.message(), "cannot create /x/y.tmp: Permission denied");
+  EXPECT_EQ(ErrnoError("cannot write", "/x", EPERM).code(),
+            absl::StatusCode::kPermissionDenied);
+  const absl::Status full = ErrnoError("cannot write", "/x/y.tmp", ENOSPC);
+  EXPECT_EQ(full.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(full.message(), "cannot write /x/y.tmp: No space left on device");
 }
 
 }  // namespace

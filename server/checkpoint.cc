@@ -1,22 +1,17 @@
 #include "server/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/config.h"
 #include "common/status.h"
 
 namespace ps::server {
@@ -93,51 +88,6 @@ class Reader {
   size_t pos_ = 0;
 };
 
-absl::Status ErrnoError(const std::string& what, const std::string& path) {
-  return absl::InternalError(
-      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status WriteFileDurably(const std::string& path,
-                              const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      absl::Status s = ErrnoError("cannot write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return s;
-    }
-    done += n;
-  }
-  if (::fsync(fd) != 0) {
-    absl::Status s = ErrnoError("cannot fsync", tmp);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status s = ErrnoError("cannot rename to", path);
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  // The rename itself must survive a crash: sync the directory entry.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
-}
-
 struct FileName {
   int64_t version = 0;
   int shard = 0;
@@ -166,17 +116,20 @@ std::string MakeName(int64_t version, int shard, int num_shards) {
                          num_shards);
 }
 
+// The entries of `dir`; none when it cannot be listed (absent: no
+// checkpoints yet).
+std::vector<std::string> Names(FileSystem* fs, const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = fs->ListDir(dir);
+  return names.ok() ? *std::move(names) : std::vector<std::string>();
+}
+
 }  // namespace
 
-absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
+absl::StatusOr<std::string> WriteCheckpoint(FileSystem* fs,
+                                            const std::string& dir,
                                             const CheckpointData& data,
                                             int keep) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat(
-        "cannot create checkpoint directory ", dir, ": ", ec.message()));
-  }
+  PS_RETURN_IF_ERROR(fs->CreateDirs(dir));
   std::string out(kMagic, sizeof(kMagic));
   std::string header;
   PutBytes(&header, data.job_id);
@@ -203,26 +156,28 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
   out.append(kEndMagic, sizeof(kEndMagic));
   const std::string path = absl::StrCat(
       dir, "/", MakeName(data.version, data.shard_index, data.num_shards));
-  PS_RETURN_IF_ERROR(WriteFileDurably(path, out));
+  PS_RETURN_IF_ERROR(WriteFileAtomically(fs, path, out));
 
-  // Keep this shard's newest `keep` files (of this layout).
+  // Keep this shard's newest `keep` files (of this layout); a file that
+  // cannot be listed or removed now is removed after a later checkpoint.
   std::vector<std::pair<int64_t, std::string>> mine;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  for (const std::string& name : Names(fs, dir)) {
     FileName f;
-    if (ParseName(entry.path().filename().string(), &f) &&
-        f.shard == data.shard_index && f.num_shards == data.num_shards) {
-      mine.emplace_back(f.version, entry.path().string());
+    if (ParseName(name, &f) && f.shard == data.shard_index &&
+        f.num_shards == data.num_shards) {
+      mine.emplace_back(f.version, absl::StrCat(dir, "/", name));
     }
   }
   std::sort(mine.rbegin(), mine.rend());
   for (size_t i = std::max(keep, 1); i < mine.size(); ++i) {
-    std::filesystem::remove(mine[i].second, ec);
+    fs->RemoveFile(mine[i].second).IgnoreError();
   }
   return path;
 }
 
-absl::StatusOr<CheckpointData> ReadCheckpoint(const std::string& path) {
-  PS_ASSIGN_OR_RETURN(std::string contents, ReadFile(path));
+absl::StatusOr<CheckpointData> ReadCheckpoint(FileSystem* fs,
+                                              const std::string& path) {
+  PS_ASSIGN_OR_RETURN(std::string contents, fs->ReadFile(path));
   Reader r(contents, path);
   char magic[8];
   for (char& c : magic) PS_RETURN_IF_ERROR(r.Get(&c));
@@ -285,18 +240,18 @@ absl::StatusOr<CheckpointData> ReadCheckpoint(const std::string& path) {
   return d;
 }
 
-std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir) {
+std::vector<CheckpointSet> ListCheckpointSets(FileSystem* fs,
+                                              const std::string& dir) {
   std::map<std::pair<int64_t, int>, std::map<int, std::string>> groups;
   // Per layout, per shard: (version, path), newest first.
   std::map<int, std::map<int, std::vector<std::pair<int64_t, std::string>>>>
       by_shard;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  for (const std::string& name : Names(fs, dir)) {
     FileName f;
-    if (ParseName(entry.path().filename().string(), &f)) {
-      groups[{f.version, f.num_shards}][f.shard] = entry.path().string();
-      by_shard[f.num_shards][f.shard].emplace_back(f.version,
-                                                   entry.path().string());
+    if (ParseName(name, &f)) {
+      const std::string path = absl::StrCat(dir, "/", name);
+      groups[{f.version, f.num_shards}][f.shard] = path;
+      by_shard[f.num_shards][f.shard].emplace_back(f.version, path);
     }
   }
   std::vector<CheckpointSet> sets;
@@ -338,18 +293,17 @@ std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir) {
   return sets;
 }
 
-std::vector<CheckpointSet> ListOwnCheckpoints(const std::string& dir,
+std::vector<CheckpointSet> ListOwnCheckpoints(FileSystem* fs,
+                                              const std::string& dir,
                                               int num_shards, int shard) {
   std::vector<CheckpointSet> sets;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  for (const std::string& name : Names(fs, dir)) {
     FileName f;
-    if (ParseName(entry.path().filename().string(), &f) &&
-        f.num_shards == num_shards && f.shard == shard) {
+    if (ParseName(name, &f) && f.num_shards == num_shards && f.shard == shard) {
       CheckpointSet set;
       set.version = f.version;
       set.num_shards = num_shards;
-      set.paths.push_back(entry.path().string());
+      set.paths.push_back(absl::StrCat(dir, "/", name));
       sets.push_back(std::move(set));
     }
   }

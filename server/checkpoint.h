@@ -2,12 +2,14 @@
 // layout so that a job checkpointed on N shards restores onto M.
 //
 // Layout: <dir>/ckpt-v<version>-s<shard>-of-<num_shards>.psckpt, one file
-// per shard and version, written atomically (temp file, fsync, rename, fsync
-// of the directory). A file holds the job id, the job spec, the version and,
-// per chunk, the tensor name, element offset, weights, optimizer slots and a
-// CRC32 of the record; a trailing CRC32 covers the header.
+// per shard and version, written atomically (WriteFileAtomically: temp
+// file, fsync, rename, fsync of the directory). A file holds the job id, the
+// job spec, the version and, per chunk, the tensor name, element offset,
+// weights, optimizer slots and a CRC32 of the record; a trailing CRC32
+// covers the header.
 //
-// Thread-compatible free functions: callers serialise writers of one dir.
+// Thread-compatible free functions over a FileSystem (not owned): callers
+// serialise writers of one dir.
 #ifndef PS_SERVER_CHECKPOINT_H_
 #define PS_SERVER_CHECKPOINT_H_
 
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_system.h"
 #include "proto/config.pb.h"
 
 namespace ps::server {
@@ -40,15 +43,19 @@ struct CheckpointData {
 };
 
 // Writes `data` into `dir` (created if missing) and deletes this shard's
-// older files beyond the newest `keep`. Returns the path. INTERNAL with the
-// path and errno text on any I/O failure (the temp file is removed).
-absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir,
+// older files beyond the newest `keep`. Returns the path. On an I/O failure,
+// INTERNAL (PERMISSION_DENIED when refused) naming the file and the system
+// error; the temp file is removed and the checkpoints written before stay
+// as they were.
+absl::StatusOr<std::string> WriteCheckpoint(FileSystem* fs,
+                                            const std::string& dir,
                                             const CheckpointData& data,
                                             int keep);
 
 // Reads and verifies one file. DATA_LOSS names the file and what is wrong
 // (bad magic, truncated, checksum mismatch of chunk i).
-absl::StatusOr<CheckpointData> ReadCheckpoint(const std::string& path);
+absl::StatusOr<CheckpointData> ReadCheckpoint(FileSystem* fs,
+                                              const std::string& path);
 
 // The files of one checkpoint: one per shard of one layout. Under BSP all
 // shards checkpoint at the same versions; under ASP/SSP each shard counts its
@@ -65,13 +72,15 @@ struct CheckpointSet {
 // second newest, ...) where they differ from those; ordered by version,
 // newest first (ties: same-version sets first, then more shards). An absent
 // dir yields an empty list.
-std::vector<CheckpointSet> ListCheckpointSets(const std::string& dir);
+std::vector<CheckpointSet> ListCheckpointSets(FileSystem* fs,
+                                              const std::string& dir);
 
 // The files shard `shard` of a `num_shards` layout wrote itself, each as a
 // one-file set (paths = {that file}), newest first. A server with its own
 // data directory sees only these; in the same layout they restore its
 // chunks without the other shards' files.
-std::vector<CheckpointSet> ListOwnCheckpoints(const std::string& dir,
+std::vector<CheckpointSet> ListOwnCheckpoints(FileSystem* fs,
+                                              const std::string& dir,
                                               int num_shards, int shard);
 
 }  // namespace ps::server

@@ -2,14 +2,20 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "common/fault_injecting_file_system.h"
+#include "common/file_system.h"
+
 namespace ps::server {
 namespace {
+
+FileSystem* Posix() { return FileSystem::Posix(); }
 
 std::string TempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
@@ -59,9 +65,9 @@ void ExpectEqual(const CheckpointData& a, const CheckpointData& b) {
 TEST(Checkpoint, RoundTrip) {
   const std::string dir = TempDir("round_trip");
   const CheckpointData d = Sample(5);
-  auto path = WriteCheckpoint(dir, d, 3);
+  auto path = WriteCheckpoint(Posix(), dir, d, 3);
   ASSERT_TRUE(path.ok()) << path.status();
-  auto back = ReadCheckpoint(*path);
+  auto back = ReadCheckpoint(Posix(), *path);
   ASSERT_TRUE(back.ok()) << back.status();
   ExpectEqual(*back, d);
   EXPECT_FALSE(std::filesystem::exists(*path + ".tmp"));
@@ -70,7 +76,7 @@ TEST(Checkpoint, RoundTrip) {
 // Flipping any single byte, or cutting the file short, is detected.
 TEST(Checkpoint, EveryFlippedByteAndTruncationIsDetected) {
   const std::string dir = TempDir("corrupt");
-  auto path = WriteCheckpoint(dir, Sample(1), 3);
+  auto path = WriteCheckpoint(Posix(), dir, Sample(1), 3);
   ASSERT_TRUE(path.ok());
   std::string good;
   {
@@ -82,14 +88,14 @@ TEST(Checkpoint, EveryFlippedByteAndTruncationIsDetected) {
     std::string bad = good;
     bad[pos] ^= 0x01;
     std::ofstream(bad_path, std::ios::binary | std::ios::trunc) << bad;
-    auto r = ReadCheckpoint(bad_path);
+    auto r = ReadCheckpoint(Posix(), bad_path);
     ASSERT_FALSE(r.ok()) << "flipped byte " << pos << " went unnoticed";
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
   }
   for (size_t len : {size_t{0}, size_t{5}, good.size() / 2, good.size() - 1}) {
     std::ofstream(bad_path, std::ios::binary | std::ios::trunc)
         << good.substr(0, len);
-    EXPECT_EQ(ReadCheckpoint(bad_path).status().code(),
+    EXPECT_EQ(ReadCheckpoint(Posix(), bad_path).status().code(),
               absl::StatusCode::kDataLoss)
         << "truncated to " << len;
   }
@@ -98,10 +104,10 @@ TEST(Checkpoint, EveryFlippedByteAndTruncationIsDetected) {
 TEST(Checkpoint, KeepsTheNewestKPerShardAndListsCompleteSetsNewestFirst) {
   const std::string dir = TempDir("keep");
   for (int64_t v = 1; v <= 5; ++v) {
-    ASSERT_TRUE(WriteCheckpoint(dir, Sample(v, 0, 2), 2).ok());
+    ASSERT_TRUE(WriteCheckpoint(Posix(), dir, Sample(v, 0, 2), 2).ok());
   }
-  ASSERT_TRUE(WriteCheckpoint(dir, Sample(4, 1, 2), 2).ok());
-  ASSERT_TRUE(WriteCheckpoint(dir, Sample(3, 0, 1), 2).ok());
+  ASSERT_TRUE(WriteCheckpoint(Posix(), dir, Sample(4, 1, 2), 2).ok());
+  ASSERT_TRUE(WriteCheckpoint(Posix(), dir, Sample(3, 0, 1), 2).ok());
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     (void)e;
@@ -110,7 +116,7 @@ TEST(Checkpoint, KeepsTheNewestKPerShardAndListsCompleteSetsNewestFirst) {
   EXPECT_EQ(files, 4);  // shard 0 of 2: v4, v5; shard 1 of 2: v4; 1 of 1: v3
   // v5 of 2 shards is incomplete; the newest of each shard (v5, v4) makes a
   // mixed set, listed after the same-version set of its lowest version.
-  const std::vector<CheckpointSet> sets = ListCheckpointSets(dir);
+  const std::vector<CheckpointSet> sets = ListCheckpointSets(Posix(), dir);
   ASSERT_EQ(sets.size(), 3u);
   EXPECT_EQ(sets[0].version, 4);
   EXPECT_EQ(sets[0].num_shards, 2);
@@ -124,13 +130,41 @@ TEST(Checkpoint, KeepsTheNewestKPerShardAndListsCompleteSetsNewestFirst) {
       << sets[1].paths[0];
   EXPECT_EQ(sets[2].version, 3);
   EXPECT_EQ(sets[2].num_shards, 1);
-  EXPECT_TRUE(ListCheckpointSets(dir + "/absent").empty());
+  EXPECT_TRUE(ListCheckpointSets(Posix(), dir + "/absent").empty());
 }
 
 TEST(Checkpoint, UnwritableDirectoryIsAClearError) {
-  auto r = WriteCheckpoint("/proc/no/such/dir", Sample(1), 1);
+  auto r = WriteCheckpoint(Posix(), "/proc/no/such/dir", Sample(1), 1);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("/proc/no/such/dir"), std::string::npos);
+}
+
+// A checkpoint whose write fails at any step returns an error naming its
+// file, and the checkpoint before it stays listed and readable (also with
+// keep = 1: nothing is pruned before a new file is in place).
+TEST(Checkpoint, AFailedWriteKeepsThePreviousCheckpoint) {
+  using Op = FaultInjectingFileSystem::Op;
+  for (Op op : {Op::kCreate, Op::kWrite, Op::kSync, Op::kRename}) {
+    const std::string dir = TempDir("failed_write");
+    FaultInjectingFileSystem fs;
+    auto first = WriteCheckpoint(&fs, dir, Sample(1), 1);
+    ASSERT_TRUE(first.ok()) << first.status();
+    fs.FailNth(op, 1, ENOSPC);
+    auto second = WriteCheckpoint(&fs, dir, Sample(2), 1);
+    ASSERT_FALSE(second.ok()) << "op " << static_cast<int>(op);
+    const std::string second_path =
+        dir + "/ckpt-v00000000000000000002-s0-of-1.psckpt";
+    EXPECT_NE(second.status().message().find(second_path), std::string::npos)
+        << second.status();
+    EXPECT_FALSE(fs.FileExists(second_path));
+    EXPECT_FALSE(fs.FileExists(second_path + ".tmp"));
+    const std::vector<CheckpointSet> sets = ListCheckpointSets(&fs, dir);
+    ASSERT_EQ(sets.size(), 1u) << second.status();
+    EXPECT_EQ(sets[0].version, 1);
+    auto back = ReadCheckpoint(&fs, *first);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ExpectEqual(*back, Sample(1));
+  }
 }
 
 }  // namespace

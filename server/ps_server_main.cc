@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/file_system.h"
 #include "common/metrics.h"
 #include "common/process.h"
 #include "common/rpc.h"
@@ -91,23 +91,6 @@ namespace {
 void Log(const std::string& line) {
   std::fprintf(stderr, "[ps_server] %s\n", line.c_str());
   std::fflush(stderr);
-}
-
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.good()) {
-      return absl::InternalError(absl::StrCat("cannot write ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
 }
 
 // Registers with the coordinator and heartbeats until `stop`.
@@ -257,7 +240,8 @@ int Run() {
   std::printf("ps_server listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
   if (const std::string pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
-    if (absl::Status s = WriteFileAtomically(pf, absl::StrCat(port, "\n"));
+    if (absl::Status s = WriteFileAtomically(FileSystem::Posix(), pf,
+                                             absl::StrCat(port, "\n"));
         !s.ok()) {
       Log(s.ToString());
       return 2;

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <filesystem>
 #include <set>
 #include <thread>
 #include <utility>
@@ -297,6 +296,8 @@ class ShardStoreImpl final : public ShardStore {
   explicit ShardStoreImpl(const ShardStoreOptions& options)
       : options_(options),
         clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+        fs_(options.file_system != nullptr ? options.file_system
+                                           : FileSystem::Posix()),
         apply_pool_(std::max(1, options.apply_threads)) {}
 
   absl::StatusOr<SetupJobResponse> SetupJob(
@@ -373,8 +374,7 @@ class ShardStoreImpl final : public ShardStore {
         job_id.find_first_of("/\\") != absl::string_view::npos) {
       return job;
     }
-    std::error_code ec;
-    if (std::filesystem::is_directory(JobDir(std::string(job_id)), ec)) {
+    if (fs_->IsDirectory(JobDir(std::string(job_id)))) {
       return absl::UnavailableError(absl::StrCat(
           "job '", job_id,
           "' is not set up on this parameter server yet (it restarted; its "
@@ -445,6 +445,7 @@ class ShardStoreImpl final : public ShardStore {
 
   const ShardStoreOptions options_;
   const Clock* const clock_;
+  FileSystem* const fs_;
   ApplyPool apply_pool_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
@@ -1451,7 +1452,7 @@ absl::StatusOr<CheckpointResponse> ShardStoreImpl::WriteSnapshot(
   // Disk I/O with no data-path lock held.
   PS_ASSIGN_OR_RETURN(
       std::string path,
-      WriteCheckpoint(JobDir(job.id), data, job.spec.checkpoint().keep()));
+      WriteCheckpoint(fs_, JobDir(job.id), data, job.spec.checkpoint().keep()));
   {
     absl::MutexLock jl(&job.mu);
     job.last_checkpoint_version =
@@ -1496,11 +1497,11 @@ absl::Status CompatibleModel(const Job& job,
 
 absl::StatusOr<bool> ShardStoreImpl::Restore(Job& job, int64_t max_version) {
   if (options_.data_dir.empty()) return false;
-  std::vector<CheckpointSet> sets = ListCheckpointSets(JobDir(job.id));
+  std::vector<CheckpointSet> sets = ListCheckpointSets(fs_, JobDir(job.id));
   // With a data directory per server, only this shard's own files are here:
   // in the same layout they cover its chunks on their own.
-  for (const CheckpointSet& own :
-       ListOwnCheckpoints(JobDir(job.id), job.num_shards, job.shard_index)) {
+  for (const CheckpointSet& own : ListOwnCheckpoints(
+           fs_, JobDir(job.id), job.num_shards, job.shard_index)) {
     bool known = false;
     for (const CheckpointSet& set : sets) {
       known |= set.version == own.version && !set.mixed;
@@ -1516,7 +1517,7 @@ absl::StatusOr<bool> ShardStoreImpl::Restore(Job& job, int64_t max_version) {
     std::vector<CheckpointData> files;
     absl::Status bad;
     for (const std::string& path : set.paths) {
-      absl::StatusOr<CheckpointData> d = ReadCheckpoint(path);
+      absl::StatusOr<CheckpointData> d = ReadCheckpoint(fs_, path);
       if (!d.ok()) {
         bad = d.status();
         break;

@@ -53,6 +53,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/clock.h"
+#include "common/file_system.h"
 #include "common/metrics.h"
 #include "common/placement.h"
 #include "proto/parameter_service.pb.h"
@@ -65,6 +66,8 @@ struct ShardStoreOptions {
   // Timestamps and time-based checkpoint periods, never waiting; null:
   // Clock::Real().
   const Clock* clock = nullptr;
+  // Where checkpoints are written and read; null: FileSystem::Posix().
+  FileSystem* file_system = nullptr;
   MetricsRegistry* metrics = nullptr;  // null: no Prometheus metrics
   // Threads that apply a BSP step's update when it closes (the closing
   // thread and apply_threads - 1 helpers), chunks spread over them; >= 1.

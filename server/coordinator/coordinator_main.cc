@@ -8,8 +8,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
+#include "common/file_system.h"
 #include "common/metrics.h"
 #include "common/process.h"
 #include "common/rpc.h"
@@ -69,22 +68,6 @@ ABSL_FLAG(std::string, tls_ca, "",
 
 namespace ps::coordinator {
 namespace {
-
-absl::Status WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot write ", path, ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
 
 int Run() {
   // SIGTERM / SIGINT are taken synchronously by the main thread; every
@@ -187,7 +170,8 @@ int Run() {
 
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    absl::Status s = WritePortFile(port_file, port);
+    absl::Status s = WriteFileAtomically(FileSystem::Posix(), port_file,
+                                         absl::StrCat(port, "\n"));
     if (!s.ok()) {
       std::fprintf(stderr, "coordinator: %s\n",
                    std::string(s.message()).c_str());

@@ -1,14 +1,8 @@
 #include "server/coordinator/job_store.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <map>
 #include <utility>
 
@@ -16,78 +10,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/config.h"
 #include "common/status.h"
 
 namespace ps::coordinator {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr uint8_t kEventRecord = 1;
 constexpr uint8_t kPointRecord = 2;
 constexpr size_t kHeaderBytes = 9;  // type, length, crc
 // A record larger than this is corruption, not data.
 constexpr uint32_t kMaxRecordBytes = 16 << 20;
-
-absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  const int e = errno;
-  std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(e));
-  if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::InternalError(msg);
-}
-
-// RAII file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("cannot write", path);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SyncDir(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY));
-  if (fd.get() < 0) return ErrnoError("cannot open directory", dir);
-  if (::fsync(fd.get()) != 0) return ErrnoError("cannot fsync", dir);
-  return absl::OkStatus();
-}
-
-// Writes `data` to `path` so that a crash leaves either the old or the new
-// contents, never a mix.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view data) {
-  const std::string tmp = path + ".tmp";
-  {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return ErrnoError("cannot create", tmp);
-    absl::Status s = WriteAll(fd.get(), data, tmp);
-    if (!s.ok()) return s;
-    if (::fsync(fd.get()) != 0) return ErrnoError("cannot fsync", tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return ErrnoError("cannot rename into", path);
-  }
-  return SyncDir(fs::path(path).parent_path().string());
-}
 
 void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
@@ -116,7 +48,8 @@ void Frame(uint8_t type, const std::string& payload, std::string* out) {
 
 class FileJobStore : public JobStore {
  public:
-  explicit FileJobStore(std::string dir) : dir_(std::move(dir)) {}
+  FileJobStore(std::string dir, FileSystem* fs)
+      : dir_(std::move(dir)), fs_(fs) {}
 
   absl::Status PutRecord(const JobRecord& record, int64_t seq) override {
     PS_RETURN_IF_ERROR(CheckJobId(record.job_id()));
@@ -124,19 +57,15 @@ class FileJobStore : public JobStore {
     auto it = record_seq_.find(record.job_id());
     if (it != record_seq_.end() && seq < it->second) return absl::OkStatus();
     const std::string job_dir = JobDir(record.job_id());
-    std::error_code ec;
-    if (!fs::is_directory(job_dir, ec)) {
-      if (!fs::create_directories(job_dir, ec)) {
-        return absl::InternalError(
-            absl::StrCat("cannot create ", job_dir, ": ", ec.message()));
-      }
-      PS_RETURN_IF_ERROR(SyncDir(JobsDir()));
+    if (!fs_->IsDirectory(job_dir)) {
+      PS_RETURN_IF_ERROR(fs_->CreateDirs(job_dir));
+      PS_RETURN_IF_ERROR(fs_->SyncDir(JobsDir()));
     }
     std::string bytes;
     if (!record.SerializeToString(&bytes)) {
       return absl::InternalError("cannot serialise a job record");
     }
-    PS_RETURN_IF_ERROR(WriteFileAtomically(job_dir + "/record.pb", bytes));
+    PS_RETURN_IF_ERROR(WriteFileAtomically(fs_, job_dir + "/record.pb", bytes));
     record_seq_[record.job_id()] = seq;
     return absl::OkStatus();
   }
@@ -158,38 +87,46 @@ class FileJobStore : public JobStore {
     }
     absl::MutexLock l(&io_mu_);
     const std::string job_dir = JobDir(job_id);
-    std::error_code ec;
-    if (!fs::is_directory(job_dir, ec)) {
+    if (!fs_->IsDirectory(job_dir)) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job_id, " has no record in ", dir_));
     }
     const std::string path = job_dir + "/log";
-    const bool created = !fs::exists(path, ec);
-    Fd fd(
-        ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return ErrnoError("cannot open", path);
-    PS_RETURN_IF_ERROR(WriteAll(fd.get(), buf, path));
-    if (::fdatasync(fd.get()) != 0) return ErrnoError("cannot fsync", path);
-    if (created) PS_RETURN_IF_ERROR(SyncDir(job_dir));
+    const bool created = !fs_->FileExists(path);
+    int64_t acknowledged_end = 0;
+    if (auto torn = torn_logs_.find(path); torn != torn_logs_.end()) {
+      // An earlier append failed and its bytes could not be cut off then.
+      PS_RETURN_IF_ERROR(fs_->TruncateFile(path, torn->second));
+      acknowledged_end = torn->second;
+      torn_logs_.erase(torn);
+    } else if (!created) {
+      PS_ASSIGN_OR_RETURN(acknowledged_end, fs_->FileSize(path));
+    }
+    absl::Status s = AppendAndSync(path, buf);
+    if (!s.ok()) {
+      // Part of `buf` may be in the file. Cut it off, so that later appends
+      // follow the last acknowledged record: a load stops at the first torn
+      // record and would drop every record after it. If the cut fails too,
+      // it is tried again before the next append to this log.
+      if (!fs_->TruncateFile(path, acknowledged_end).ok()) {
+        torn_logs_[path] = acknowledged_end;
+      }
+      return s;
+    }
+    if (created) PS_RETURN_IF_ERROR(fs_->SyncDir(job_dir));
     return absl::OkStatus();
   }
 
   absl::StatusOr<std::vector<StoredJob>> LoadAll() override {
     absl::MutexLock l(&io_mu_);
     std::vector<StoredJob> jobs;
-    std::error_code ec;
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(JobsDir(), ec)) {
-      if (entry.is_directory()) names.push_back(entry.path().filename());
-    }
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("cannot list ", JobsDir(), ": ", ec.message()));
-    }
+    PS_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                        fs_->ListDir(JobsDir()));
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) {
       const std::string job_dir = JobDir(name);
-      absl::StatusOr<std::string> bytes = ReadFile(job_dir + "/record.pb");
+      if (!fs_->IsDirectory(job_dir)) continue;
+      absl::StatusOr<std::string> bytes = fs_->ReadFile(job_dir + "/record.pb");
       StoredJob job;
       if (!bytes.ok() || !job.record.ParseFromString(*bytes) ||
           job.record.job_id() != name) {
@@ -204,16 +141,15 @@ class FileJobStore : public JobStore {
 
   absl::Status PutNextMemberId(int64_t next_id) override {
     absl::MutexLock l(&io_mu_);
-    return WriteFileAtomically(dir_ + "/next_member_id",
+    return WriteFileAtomically(fs_, dir_ + "/next_member_id",
                                absl::StrCat(next_id, "\n"));
   }
 
   absl::StatusOr<int64_t> GetNextMemberId() override {
     absl::MutexLock l(&io_mu_);
     const std::string path = dir_ + "/next_member_id";
-    std::error_code ec;
-    if (!fs::exists(path, ec)) return 1;
-    PS_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    if (!fs_->FileExists(path)) return 1;
+    PS_ASSIGN_OR_RETURN(std::string text, fs_->ReadFile(path));
     int64_t v = 0;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &v) || v < 1) {
       return absl::DataLossError(absl::StrCat(path, " is corrupt"));
@@ -240,12 +176,21 @@ class FileJobStore : public JobStore {
     return absl::StrCat(dir_, "/jobs/", id);
   }
 
+  absl::Status AppendAndSync(const std::string& path, absl::string_view data)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                        fs_->NewAppendableFile(path));
+    PS_RETURN_IF_ERROR(file->Append(data));
+    PS_RETURN_IF_ERROR(file->SyncData());
+    return file->Close();
+  }
+
   // Reads a log, cutting off a torn or corrupt tail (truncating the file so
   // later appends follow the last good record).
-  static absl::Status ReadLog(const std::string& path, StoredJob* job) {
-    std::error_code ec;
-    if (!fs::exists(path, ec)) return absl::OkStatus();
-    PS_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
+  absl::Status ReadLog(const std::string& path, StoredJob* job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+    if (!fs_->FileExists(path)) return absl::OkStatus();
+    PS_ASSIGN_OR_RETURN(std::string data, fs_->ReadFile(path));
     size_t pos = 0;
     while (pos < data.size()) {
       if (data.size() - pos < kHeaderBytes) break;
@@ -272,33 +217,38 @@ class FileJobStore : public JobStore {
     }
     if (pos < data.size()) {
       job->dropped_tail_bytes = static_cast<int64_t>(data.size() - pos);
-      if (::truncate(path.c_str(), static_cast<off_t>(pos)) != 0) {
-        return ErrnoError("cannot truncate the torn tail of", path);
-      }
+      PS_RETURN_IF_ERROR(Annotate(
+          fs_->TruncateFile(path, static_cast<int64_t>(pos)), "torn tail"));
     }
+    torn_logs_.erase(path);
     return absl::OkStatus();
   }
 
   const std::string dir_;
+  FileSystem* const fs_;
   absl::Mutex io_mu_;
   std::map<std::string, int64_t, std::less<>> record_seq_
       ABSL_GUARDED_BY(io_mu_);
+  // Logs whose last append failed and could not be cut back: path -> the
+  // end of the last acknowledged record.
+  std::map<std::string, int64_t> torn_logs_ ABSL_GUARDED_BY(io_mu_);
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
-    const std::string& dir) {
+    const std::string& dir, const JobStoreOptions& options) {
   if (dir.empty()) {
     return absl::InvalidArgumentError("the job store needs a data directory");
   }
-  std::error_code ec;
-  fs::create_directories(dir + "/jobs", ec);
-  if (ec || !fs::is_directory(dir + "/jobs", ec)) {
+  FileSystem* fs = options.file_system != nullptr ? options.file_system
+                                                  : FileSystem::Posix();
+  absl::Status s = fs->CreateDirs(dir + "/jobs");
+  if (!s.ok() || !fs->IsDirectory(dir + "/jobs")) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "cannot create the job store in ", dir, ": ", ec.message()));
+        "cannot create the job store in ", dir, ": ", s.message()));
   }
-  return std::unique_ptr<JobStore>(new FileJobStore(dir));
+  return std::unique_ptr<JobStore>(new FileJobStore(dir, fs));
 }
 
 }  // namespace ps::coordinator

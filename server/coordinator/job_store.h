@@ -9,7 +9,10 @@
 //                             [payload], fsync'ed before Append returns
 //   next_member_id            one past the largest member id handed out
 // A torn or corrupt tail of a log (a crash mid-append) is cut off on load:
-// everything before it is kept, and later appends continue after it.
+// everything before it is kept, and later appends continue after it. An
+// append that fails is cut off at once (or before the next append), so no
+// acknowledged record ever follows a torn one. All I/O goes through a
+// FileSystem (common/file_system.h).
 #ifndef PS_SERVER_COORDINATOR_JOB_STORE_H_
 #define PS_SERVER_COORDINATOR_JOB_STORE_H_
 
@@ -22,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/file_system.h"
 #include "proto/coordinator_service.pb.h"
 
 namespace ps::coordinator {
@@ -35,13 +39,21 @@ struct StoredJob {
   int64_t dropped_tail_bytes = 0;
 };
 
+struct JobStoreOptions {
+  // Not owned; null: FileSystem::Posix().
+  FileSystem* file_system = nullptr;
+};
+
 // Thread-safe; writes to one job are serialised (an I/O lock of its own, so
 // callers never hold theirs across disk I/O). Errors are INTERNAL or
-// PERMISSION_DENIED naming the path and the system error.
+// PERMISSION_DENIED naming the path and the system error. A write that
+// returns an error is not acknowledged, and a later load never sees part of
+// it: a record is the old one or the new one, a failed append is not there.
 class JobStore {
  public:
   // Opens (creating if needed) the store in `dir`.
-  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(
+      const std::string& dir, const JobStoreOptions& options = {});
 
   virtual ~JobStore() = default;
 

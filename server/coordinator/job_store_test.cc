@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+
+#include "common/fault_injecting_file_system.h"
 
 namespace ps::coordinator {
 namespace {
@@ -142,6 +146,91 @@ TEST(JobStore, RejectsBadIdsAndAppendsWithoutRecord) {
   EXPECT_EQ((*store)->Append("job-9", {Event("x")}, {}).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(*(*store)->GetNextMemberId(), 1);
+}
+
+using Op = FaultInjectingFileSystem::Op;
+
+// A record or member-id write that fails at any step is an error naming the
+// file; a reload still finds the value acknowledged before it.
+TEST(JobStore, AFailedRecordWriteIsNotAcknowledged) {
+  for (Op op : {Op::kCreate, Op::kWrite, Op::kSync, Op::kRename}) {
+    const std::string dir = FreshDir("failed_record");
+    FaultInjectingFileSystem fs;
+    auto store = JobStore::Open(dir, {.file_system = &fs});
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutRecord(Record("job-1", RUNNING), 1).ok());
+    ASSERT_TRUE((*store)->PutNextMemberId(5).ok());
+    fs.FailNth(op, 1, ENOSPC);
+    const absl::Status s = (*store)->PutRecord(Record("job-1", SUCCEEDED), 2);
+    ASSERT_FALSE(s.ok()) << "op " << static_cast<int>(op);
+    EXPECT_NE(s.message().find(dir + "/jobs/job-1/record.pb"),
+              std::string::npos)
+        << s;
+    fs.FailNth(op, 1, ENOSPC);
+    EXPECT_FALSE((*store)->PutNextMemberId(9).ok());
+
+    auto reopened = JobStore::Open(dir);
+    ASSERT_TRUE(reopened.ok());
+    auto jobs = (*reopened)->LoadAll();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 1u);
+    EXPECT_EQ((*jobs)[0].record.state(), RUNNING) << s;
+    EXPECT_EQ(*(*reopened)->GetNextMemberId(), 5);
+  }
+}
+
+// A failed append (here a short write, or an fsync error after the write)
+// is not seen by a reload, and appends acknowledged after it are: the
+// failed bytes are cut off instead of staying in front of them.
+TEST(JobStore, AFailedAppendIsNotSeenAndLaterAppendsSurvive) {
+  for (Op op : {Op::kWrite, Op::kSync}) {
+    const std::string dir = FreshDir("failed_append");
+    FaultInjectingFileSystem fs;
+    auto store = JobStore::Open(dir, {.file_system = &fs});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->PutRecord(Record("job-1", RUNNING), 1).ok());
+    ASSERT_TRUE((*store)->Append("job-1", {}, {Point("a", 1, 1)}).ok());
+    fs.FailNth(op, 1);
+    const absl::Status s = (*store)->Append(
+        "job-1", {Event("lost")}, {Point("b", 2, 2), Point("c", 3, 3)});
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(dir + "/jobs/job-1/log"), std::string::npos)
+        << s;
+    ASSERT_TRUE((*store)->Append("job-1", {}, {Point("d", 4, 4)}).ok());
+
+    auto reopened = JobStore::Open(dir);
+    auto jobs = (*reopened)->LoadAll();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ((*jobs)[0].points.size(), 2u) << "op " << static_cast<int>(op);
+    EXPECT_EQ((*jobs)[0].points[0].name(), "a");
+    EXPECT_EQ((*jobs)[0].points[1].name(), "d");
+    EXPECT_TRUE((*jobs)[0].events.empty());
+    EXPECT_EQ((*jobs)[0].dropped_tail_bytes, 0);
+  }
+}
+
+// When the failed bytes cannot be cut off at once, the next append cuts
+// them first.
+TEST(JobStore, AFailedAppendThatCannotBeCutIsCutBeforeTheNextAppend) {
+  const std::string dir = FreshDir("failed_cut");
+  FaultInjectingFileSystem fs;
+  auto store = JobStore::Open(dir, {.file_system = &fs});
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->PutRecord(Record("job-1", RUNNING), 1).ok());
+  ASSERT_TRUE((*store)->Append("job-1", {}, {Point("a", 1, 1)}).ok());
+  fs.FailNth(Op::kWrite, 1);
+  fs.FailNth(Op::kTruncate, 1);
+  EXPECT_FALSE(
+      (*store)->Append("job-1", {}, {Point("b", 2, 2), Point("c", 3, 3)}).ok());
+  ASSERT_TRUE((*store)->Append("job-1", {}, {Point("d", 4, 4)}).ok());
+  EXPECT_EQ(fs.Count(Op::kTruncate), 2);
+
+  auto reopened = JobStore::Open(dir);
+  auto jobs = (*reopened)->LoadAll();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ((*jobs)[0].points.size(), 2u);
+  EXPECT_EQ((*jobs)[0].points[1].name(), "d");
+  EXPECT_EQ((*jobs)[0].dropped_tail_bytes, 0);
 }
 
 TEST(JobStore, UnwritableDirectoryIsAClearError) {
