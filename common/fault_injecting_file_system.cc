@@ -97,19 +97,21 @@ absl::Status FaultInjectingFileSystem::Check(Op op, const std::string& path) {
 absl::StatusOr<std::unique_ptr<WritableFile>>
 FaultInjectingFileSystem::NewWritableFile(const std::string& path) {
   PS_RETURN_IF_ERROR(Check(Op::kCreate, path));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                      base_->NewWritableFile(path));
-  return std::unique_ptr<WritableFile>(
-      new FaultInjectingWritableFile(this, path, std::move(file)));
+  return Wrap(path, base_->NewWritableFile(path));
 }
 
 absl::StatusOr<std::unique_ptr<WritableFile>>
 FaultInjectingFileSystem::NewAppendableFile(const std::string& path) {
   PS_RETURN_IF_ERROR(Check(Op::kCreate, path));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                      base_->NewAppendableFile(path));
+  return Wrap(path, base_->NewAppendableFile(path));
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectingFileSystem::Wrap(
+    const std::string& path,
+    absl::StatusOr<std::unique_ptr<WritableFile>> file) {
+  if (!file.ok()) return file.status();
   return std::unique_ptr<WritableFile>(
-      new FaultInjectingWritableFile(this, path, std::move(file)));
+      new FaultInjectingWritableFile(this, path, *std::move(file)));
 }
 
 absl::Status FaultInjectingFileSystem::CreateDirs(const std::string& dir) {

@@ -78,6 +78,11 @@ class FaultInjectingFileSystem final : public FileSystem {
   absl::Status Check(Op op, const std::string& path);
 
  private:
+  // The base's file, its calls checked by Check.
+  absl::StatusOr<std::unique_ptr<WritableFile>> Wrap(
+      const std::string& path,
+      absl::StatusOr<std::unique_ptr<WritableFile>> file);
+
   struct Fault {
     int countdown = 0;  // fails when it reaches 0
     int error_number = EIO;
