@@ -14,11 +14,6 @@
 namespace ps::kernels {
 namespace {
 
-// Marks a process as the check's restart; holds the core OpenBLAS had chosen
-// before it.
-constexpr char kRestartMarker[] = "PS_BLAS_CHECK_RESTARTED_FROM";
-constexpr char kCoreTypeVariable[] = "OPENBLAS_CORETYPE";
-
 // The widest vector ISA a core's kernels use.
 enum class Tier { kUnknown, kGeneric, kAvx, kAvx2, kAvx512 };
 
@@ -178,22 +173,22 @@ BlasCheckDecision DecideBlasCore(const BlasCheckInput& in) {
     if (SameCore(in.core, in.env_coretype)) {
       d.message = absl::StrCat(head, "OpenBLAS had chosen ", in.restarted_from,
                                ", a fallback; restarted with ",
-                               kCoreTypeVariable, "=", in.env_coretype,
+                               kBlasCoreTypeVariable, "=", in.env_coretype,
                                " (--blas_check=false keeps OpenBLAS's choice)");
     } else {
       d.message = absl::StrCat(head, "OpenBLAS had chosen ", in.restarted_from,
                                ", a fallback, and did not take ",
-                               kCoreTypeVariable, "=", in.env_coretype,
+                               kBlasCoreTypeVariable, "=", in.env_coretype,
                                " after a restart; GEMM may run several times "
                                "slower than this CPU allows");
     }
     return d;
   }
   if (!in.env_coretype.empty()) {
-    d.message = absl::StrCat(head, kCoreTypeVariable, "=", in.env_coretype,
+    d.message = absl::StrCat(head, kBlasCoreTypeVariable, "=", in.env_coretype,
                              " from the environment, kept");
     if (fallback) {
-      absl::StrAppend(&d.message, "; ", kCoreTypeVariable, "=", best,
+      absl::StrAppend(&d.message, "; ", kBlasCoreTypeVariable, "=", best,
                       " would run GEMM several times faster here");
     }
     return d;
@@ -213,7 +208,7 @@ BlasCheckDecision DecideBlasCore(const BlasCheckInput& in) {
     d.action = BlasCheckDecision::Action::kRestart;
     d.target = best;
     d.message = absl::StrCat(head, "a fallback; restarting with ",
-                             kCoreTypeVariable, "=", best);
+                             kBlasCoreTypeVariable, "=", best);
     return d;
   }
   if (tier == Tier::kUnknown) {
@@ -230,10 +225,11 @@ BlasCheckDecision DecideBlasCore(const BlasCheckInput& in) {
   return d;
 }
 
-BlasCheckEnv ReadBlasCheckEnv() {
+BlasCheckEnv MakeBlasCheckEnv(const char* coretype,
+                              const char* restarted_from) {
   BlasCheckEnv env;
-  if (const char* v = std::getenv(kCoreTypeVariable)) env.coretype = v;
-  if (const char* v = std::getenv(kRestartMarker)) env.restarted_from = v;
+  if (coretype != nullptr) env.coretype = coretype;
+  if (restarted_from != nullptr) env.restarted_from = restarted_from;
   return env;
 }
 
@@ -245,21 +241,21 @@ BlasStartupResult RunBlasStartupCheck(bool enabled, const BlasCheckEnv& env,
   in.enabled = enabled;
   in.env_coretype = env.coretype;
   in.restarted_from = env.restarted_from;
-  if (!env.restarted_from.empty()) unsetenv(kRestartMarker);
+  if (!env.restarted_from.empty()) unsetenv(kBlasRestartMarker);
   const BlasCheckDecision d = DecideBlasCore(in);
   if (d.action == BlasCheckDecision::Action::kKeep) {
     return {in.core, d.message};
   }
-  setenv(kCoreTypeVariable, d.target.c_str(), 1);
-  setenv(kRestartMarker, in.core.c_str(), 1);
+  setenv(kBlasCoreTypeVariable, d.target.c_str(), 1);
+  setenv(kBlasRestartMarker, in.core.c_str(), 1);
   execv("/proc/self/exe", argv);
   // Only on failure: this process keeps the fallback core.
   const int error = errno;
-  unsetenv(kCoreTypeVariable);
-  unsetenv(kRestartMarker);
+  unsetenv(kBlasCoreTypeVariable);
+  unsetenv(kBlasRestartMarker);
   return {in.core, absl::StrCat(d.message, " failed: exec /proc/self/exe: ",
                                 std::strerror(error), "; set ",
-                                kCoreTypeVariable, "=", d.target,
+                                kBlasCoreTypeVariable, "=", d.target,
                                 " before starting for GEMM several times "
                                 "faster")};
 }

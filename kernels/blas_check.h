@@ -12,8 +12,8 @@
 // in one log line.
 //
 // DecideBlasCore is the whole policy, a pure function (unit-tested); the
-// rest reads the CPU, OpenBLAS and (in ReadBlasCheckEnv only, called from
-// main) the environment.
+// rest reads the CPU and OpenBLAS. The environment is main()'s to read
+// (libraries read none): it passes the two variables to MakeBlasCheckEnv.
 #ifndef PS_KERNELS_BLAS_CHECK_H_
 #define PS_KERNELS_BLAS_CHECK_H_
 
@@ -81,13 +81,18 @@ struct BlasCheckDecision {
 // whether the core took: never a second restart).
 BlasCheckDecision DecideBlasCore(const BlasCheckInput& in);
 
-// The environment the check reads: OPENBLAS_CORETYPE and the marker that a
-// process is the check's restart. Reads getenv: call from main() only.
+// The environment the check needs: OPENBLAS_CORETYPE and the marker that a
+// process is the check's restart (it holds the core chosen before it).
+inline constexpr char kBlasCoreTypeVariable[] = "OPENBLAS_CORETYPE";
+inline constexpr char kBlasRestartMarker[] = "PS_BLAS_CHECK_RESTARTED_FROM";
 struct BlasCheckEnv {
   std::string coretype;
   std::string restarted_from;
 };
-BlasCheckEnv ReadBlasCheckEnv();
+// From the values of the two variables as main() read them (null: unset):
+//   MakeBlasCheckEnv(std::getenv(kBlasCoreTypeVariable),
+//                    std::getenv(kBlasRestartMarker))
+BlasCheckEnv MakeBlasCheckEnv(const char* coretype, const char* restarted_from);
 
 struct BlasStartupResult {
   std::string core;     // the core in use after the check

@@ -203,15 +203,14 @@ TEST(BlasCheck, ThisProcessHasACoreAndFeatures) {
   EXPECT_TRUE(!cpu.avx2 || cpu.avx);
 }
 
-TEST(BlasCheck, ReadsTheTwoVariables) {
-  ASSERT_EQ(setenv("OPENBLAS_CORETYPE", "Haswell", 1), 0);
-  ASSERT_EQ(setenv("PS_BLAS_CHECK_RESTARTED_FROM", "Prescott", 1), 0);
-  BlasCheckEnv env = ReadBlasCheckEnv();
+// main() reads the two variables by these names and passes their values.
+TEST(BlasCheck, TakesTheTwoVariablesMainRead) {
+  EXPECT_STREQ(kBlasCoreTypeVariable, "OPENBLAS_CORETYPE");
+  EXPECT_STREQ(kBlasRestartMarker, "PS_BLAS_CHECK_RESTARTED_FROM");
+  BlasCheckEnv env = MakeBlasCheckEnv("Haswell", "Prescott");
   EXPECT_EQ(env.coretype, "Haswell");
   EXPECT_EQ(env.restarted_from, "Prescott");
-  unsetenv("OPENBLAS_CORETYPE");
-  unsetenv("PS_BLAS_CHECK_RESTARTED_FROM");
-  env = ReadBlasCheckEnv();
+  env = MakeBlasCheckEnv(nullptr, nullptr);  // unset
   EXPECT_EQ(env.coretype, "");
   EXPECT_EQ(env.restarted_from, "");
 }

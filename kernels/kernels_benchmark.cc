@@ -279,7 +279,11 @@ int main(int argc, char** argv) {
   }
   // First, with argv as it came: it may restart this process.
   const ps::kernels::BlasStartupResult blas = ps::kernels::RunBlasStartupCheck(
-      blas_check, ps::kernels::ReadBlasCheckEnv(), argv);
+      blas_check,
+      ps::kernels::MakeBlasCheckEnv(
+          std::getenv(ps::kernels::kBlasCoreTypeVariable),
+          std::getenv(ps::kernels::kBlasRestartMarker)),
+      argv);
   std::fprintf(stderr, "blas: %s\n", blas.message.c_str());
   benchmark::AddCustomContext("blas_core", blas.core);
   benchmark::AddCustomContext(

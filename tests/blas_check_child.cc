@@ -77,7 +77,9 @@ int main(int argc, char** argv) {
     std::perror("blas_check_child: exec");
     return 3;
   }
-  ps::kernels::BlasCheckEnv env = ps::kernels::ReadBlasCheckEnv();
+  ps::kernels::BlasCheckEnv env = ps::kernels::MakeBlasCheckEnv(
+      std::getenv(ps::kernels::kBlasCoreTypeVariable),
+      std::getenv(ps::kernels::kBlasRestartMarker));
   if (std::getenv(kForced) != nullptr) {
     env.coretype.clear();  // the harness's, not the user's
     unsetenv(kForced);

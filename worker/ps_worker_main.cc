@@ -385,7 +385,11 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   // First: it may restart this process (same pid and argv).
   const ps::kernels::BlasStartupResult blas = ps::kernels::RunBlasStartupCheck(
-      absl::GetFlag(FLAGS_blas_check), ps::kernels::ReadBlasCheckEnv(), argv);
+      absl::GetFlag(FLAGS_blas_check),
+      ps::kernels::MakeBlasCheckEnv(
+          std::getenv(ps::kernels::kBlasCoreTypeVariable),
+          std::getenv(ps::kernels::kBlasRestartMarker)),
+      argv);
   std::fprintf(stderr, "worker: blas: %s\n", blas.message.c_str());
   ps::DisableMutexDeadlockDetection();
   ps::TuneMallocForLargeMessages(
