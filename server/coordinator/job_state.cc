@@ -1,0 +1,91 @@
+#include "server/coordinator/job_state.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace ps::coordinator {
+namespace {
+
+// Fashion-MNIST's training set: used only to estimate total_steps for
+// progress bars; workers decide when they are done.
+constexpr int64_t kTrainExamples = 60000;
+
+}  // namespace
+
+bool IsTerminal(JobState s) {
+  return s == SUCCEEDED || s == FAILED || s == CANCELLED;
+}
+
+int64_t EstimateTotalSteps(const JobSpec& spec, int num_workers) {
+  if (spec.data().max_steps() > 0) return spec.data().max_steps();
+  const int64_t per_step = static_cast<int64_t>(std::max(1, num_workers)) *
+                           std::max(1, spec.data().batch_size());
+  return spec.data().epochs() * ((kTrainExamples + per_step - 1) / per_step);
+}
+
+int64_t MaxStep(const JobSpec& spec) {
+  const int64_t n = EstimateTotalSteps(spec, 1);
+  return n > 0 ? n : std::numeric_limits<int64_t>::max();
+}
+
+const WorkerSlot* ActiveSlot(const Job& job, int64_t member_id) {
+  for (const WorkerSlot& s : job.record.slots()) {
+    if (s.active() && s.member_id() == member_id) return &s;
+  }
+  return nullptr;
+}
+
+bool AllActiveDone(const Job& job) {
+  bool any = false;
+  for (const WorkerSlot& s : job.record.slots()) {
+    if (!s.active()) continue;
+    any = true;
+    if (!s.done()) return false;
+  }
+  return any;
+}
+
+int CountActive(const Job& job) {
+  int active = 0;
+  for (const WorkerSlot& s : job.record.slots()) active += s.active();
+  return active;
+}
+
+JobRecord Snapshot(const Job& job) {
+  JobRecord r = job.record;
+  for (WorkerSlot& s : *r.mutable_slots()) {
+    auto it = job.runtime.find(s.member_id());
+    if (it != job.runtime.end() && s.active()) s.set_clock(it->second.clock);
+  }
+  return r;
+}
+
+void FillAssignment(const Job& job, const WorkerSlot& slot,
+                    WorkerAssignment* a) {
+  a->set_command(WorkerAssignment::TRAIN);
+  a->set_job_id(job.record.job_id());
+  *a->mutable_spec() = job.record.spec();
+  a->set_rank(slot.rank());
+  a->set_num_workers(job.record.num_data_shards());
+  *a->mutable_data_shards() = slot.data_shards();
+  a->set_num_data_shards(job.record.num_data_shards());
+  *a->mutable_server_addresses() = job.record.servers();
+  a->set_evaluator(slot.evaluator());
+  a->set_membership_epoch(job.record.membership_epoch());
+  a->set_start_step(slot.start_step());
+  a->set_incarnation(job.record.incarnation());
+}
+
+bool ShardUp(const Job& job, int shard, const Membership& members) {
+  return members.AliveServerAt(job.record.servers(shard)).has_value();
+}
+
+std::vector<int> ShardsServedBy(const Job& job, const Member& server) {
+  std::vector<int> out;
+  for (int i = 0; i < job.record.servers_size(); ++i) {
+    if (job.record.servers(i) == server.address()) out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace ps::coordinator

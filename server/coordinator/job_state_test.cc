@@ -1,0 +1,139 @@
+#include "server/coordinator/job_state.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+#include "common/fake_clock.h"
+#include "server/coordinator/membership.h"
+
+namespace ps::coordinator {
+namespace {
+
+WorkerSlot* AddSlot(Job& job, int64_t member, int rank, bool active = true,
+                    bool done = false) {
+  WorkerSlot* s = job.record.add_slots();
+  s->set_member_id(member);
+  s->set_rank(rank);
+  s->set_active(active);
+  s->set_done(done);
+  s->add_data_shards(rank);
+  return s;
+}
+
+TEST(JobState, TotalStepsFromMaxStepsElseEpochs) {
+  struct Case {
+    int64_t max_steps;
+    int epochs;
+    int batch;
+    int workers;
+    int64_t want;
+  };
+  const std::vector<Case> cases = {
+      {500, 3, 128, 2, 500},    // max_steps wins
+      {0, 1, 100, 1, 600},      // 60000 / 100
+      {0, 2, 128, 2, 2 * 235},  // ceil(60000 / 256) = 235
+      {0, 1, 0, 0, 60000},      // batch and workers at least 1
+      {0, 0, 128, 1, 0},        // no epochs: nothing to estimate
+  };
+  for (const Case& c : cases) {
+    JobSpec spec;
+    spec.mutable_data()->set_max_steps(c.max_steps);
+    spec.mutable_data()->set_epochs(c.epochs);
+    spec.mutable_data()->set_batch_size(c.batch);
+    EXPECT_EQ(EstimateTotalSteps(spec, c.workers), c.want)
+        << c.max_steps << " " << c.epochs << " " << c.batch << " " << c.workers;
+  }
+}
+
+TEST(JobState, MaxStepIsOneWorkerDoingEveryEpoch) {
+  JobSpec spec;
+  spec.mutable_data()->set_epochs(2);
+  spec.mutable_data()->set_batch_size(100);
+  EXPECT_EQ(MaxStep(spec), 1200);
+  spec.mutable_data()->set_epochs(0);  // unbounded
+  EXPECT_EQ(MaxStep(spec), std::numeric_limits<int64_t>::max());
+}
+
+TEST(JobState, ActiveSlotsAndDone) {
+  Job job;
+  EXPECT_FALSE(AllActiveDone(job)) << "no active worker is not done";
+  AddSlot(job, 7, 0, /*active=*/false, /*done=*/false);  // left
+  AddSlot(job, 8, 1, true, true);
+  EXPECT_EQ(ActiveSlot(job, 7), nullptr);
+  ASSERT_NE(ActiveSlot(job, 8), nullptr);
+  EXPECT_EQ(ActiveSlot(job, 8)->rank(), 1);
+  EXPECT_EQ(CountActive(job), 1);
+  EXPECT_TRUE(AllActiveDone(job)) << "the inactive slot does not count";
+  AddSlot(job, 9, 2);
+  EXPECT_FALSE(AllActiveDone(job));
+  EXPECT_EQ(CountActive(job), 2);
+}
+
+TEST(JobState, SnapshotShowsTheClocksOfActiveWorkers) {
+  Job job;
+  AddSlot(job, 7, 0, /*active=*/false);
+  AddSlot(job, 8, 1);
+  AddSlot(job, 9, 2);
+  job.runtime[7].clock = 5;
+  job.runtime[8].clock = 12;
+  const JobRecord r = Snapshot(job);
+  EXPECT_EQ(r.slots(0).clock(), 0) << "an inactive slot keeps its own";
+  EXPECT_EQ(r.slots(1).clock(), 12);
+  EXPECT_EQ(r.slots(2).clock(), 0) << "no runtime yet";
+  EXPECT_EQ(job.record.slots(1).clock(), 0) << "the job is not changed";
+}
+
+TEST(JobState, AssignmentCarriesTheSlotAndTheJob) {
+  Job job;
+  job.record.set_job_id("job-3");
+  job.record.set_num_data_shards(2);
+  job.record.add_servers("127.0.0.1:7001");
+  job.record.set_membership_epoch(4);
+  job.record.set_incarnation(2);
+  WorkerSlot* s = AddSlot(job, 8, 1);
+  s->add_data_shards(0);
+  s->set_evaluator(true);
+  s->set_start_step(57);
+  WorkerAssignment a;
+  FillAssignment(job, *s, &a);
+  EXPECT_EQ(a.command(), WorkerAssignment::TRAIN);
+  EXPECT_EQ(a.job_id(), "job-3");
+  EXPECT_EQ(a.rank(), 1);
+  EXPECT_EQ(a.num_workers(), 2);
+  EXPECT_EQ(a.num_data_shards(), 2);
+  EXPECT_EQ(std::vector<int>(a.data_shards().begin(), a.data_shards().end()),
+            (std::vector<int>{1, 0}));
+  ASSERT_EQ(a.server_addresses_size(), 1);
+  EXPECT_EQ(a.server_addresses(0), "127.0.0.1:7001");
+  EXPECT_TRUE(a.evaluator());
+  EXPECT_EQ(a.membership_epoch(), 4);
+  EXPECT_EQ(a.start_step(), 57);
+  EXPECT_EQ(a.incarnation(), 2);
+}
+
+TEST(JobState, ShardsAreKnownByAddress) {
+  FakeClock clock;
+  Membership members(&clock, {.heartbeat_timeout_ms = 1000});
+  Job job;
+  job.record.add_servers("127.0.0.1:7001");
+  job.record.add_servers("127.0.0.1:7002");
+  RegisterRequest r;
+  r.set_role(SERVER);
+  r.set_address("127.0.0.1:7002");
+  absl::StatusOr<Member> m = members.Register(r);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE(ShardUp(job, 0, members));
+  EXPECT_TRUE(ShardUp(job, 1, members));
+  EXPECT_EQ(ShardsServedBy(job, *m), std::vector<int>{1});
+  clock.AdvanceMs(2000);
+  members.DetectDead();
+  EXPECT_FALSE(ShardUp(job, 1, members));
+  Member elsewhere = *m;
+  elsewhere.set_address("127.0.0.1:9999");
+  EXPECT_TRUE(ShardsServedBy(job, elsewhere).empty());
+}
+
+}  // namespace
+}  // namespace ps::coordinator
