@@ -1,0 +1,153 @@
+#include "server/coordinator/metric_intake.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "server/coordinator/straggler_policy.h"
+
+namespace ps::coordinator {
+namespace {
+
+void SumThroughput(Job& job) {
+  double sum = 0;
+  for (const auto& [id, v] : job.examples_per_sec) sum += v;
+  job.record.set_examples_per_sec(sum);
+}
+
+}  // namespace
+
+void ResetSummary(Job& job) {
+  JobRecord& r = job.record;
+  r.set_global_step(0);
+  r.set_epoch(0);
+  r.set_last_train_loss(0);
+  r.set_last_test_accuracy(0);
+  r.set_best_test_accuracy(0);
+  r.set_examples_per_sec(0);
+  r.set_mean_staleness(0);
+}
+
+void ApplyPoint(Job& job, const MetricPoint& p) {
+  JobRecord& r = job.record;
+  if (p.incarnation() == r.incarnation()) {
+    r.set_global_step(std::max(r.global_step(), p.step()));
+    r.set_epoch(std::max(r.epoch(), p.epoch()));
+  }
+  const std::string& n = p.name();
+  if (n == "train_loss") {
+    r.set_last_train_loss(p.value());
+  } else if (n == "test_accuracy") {
+    r.set_last_test_accuracy(p.value());
+    r.set_best_test_accuracy(std::max(r.best_test_accuracy(), p.value()));
+  } else if (n == "examples_per_sec") {
+    job.examples_per_sec[p.member_id()] = p.value();
+    SumThroughput(job);
+  } else if (n == "staleness" && std::isfinite(p.value())) {
+    job.staleness_sum += p.value();
+    ++job.staleness_count;
+    r.set_mean_staleness(job.staleness_sum / job.staleness_count);
+  }
+}
+
+void ForgetThroughput(Job& job, int64_t member_id) {
+  job.examples_per_sec.erase(member_id);
+  SumThroughput(job);
+}
+
+absl::StatusOr<std::vector<MetricPoint>> StampPoints(
+    const Job& job, const ReportMetricsRequest& request, int64_t now) {
+  const int64_t start = job.record.start_time_ms();
+  const int64_t max_step = MaxStep(job.record.spec());
+  std::vector<MetricPoint> out;
+  out.reserve(request.points_size());
+  for (int i = 0; i < request.points_size(); ++i) {
+    MetricPoint p = request.points(i);
+    if (p.name().empty() || p.name().size() > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("points[", i, "].name: must be 1..64 characters"));
+    }
+    if (p.step() < 0 || p.step() > max_step) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("points[", i, "].step: must be in 0..", max_step,
+                       ", got ", p.step()));
+    }
+    p.set_member_id(request.member_id());
+    if (p.time_ms() == 0) p.set_time_ms(start > 0 ? now - start : 0);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::StatusOr<bool> IntakeMetrics(JobTable& table, Job& job,
+                                   const ReportMetricsRequest& request,
+                                   WriteBatch* writes) {
+  WorkerSlot* slot = nullptr;
+  for (WorkerSlot& s : *job.record.mutable_slots()) {
+    if (s.member_id() == request.member_id()) {
+      slot = &s;
+      if (s.active()) break;
+    }
+  }
+  if (slot == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("member ", request.member_id(), " is not a worker of job ",
+                     request.job_id()));
+  }
+  const int64_t now = table.clock().NowMs();
+  absl::StatusOr<std::vector<MetricPoint>> points =
+      StampPoints(job, request, now);
+  if (!points.ok()) return points.status();
+  writes->AppendPoints(request.job_id(), *points);
+  for (const MetricPoint& p : *points) {
+    ApplyPoint(job, p);
+    job.points.push_back(p);
+    auto it = job.runtime.find(request.member_id());
+    if (it != job.runtime.end()) ObserveComputeTime(it->second, p, now);
+  }
+  if (!points->empty()) table.Touch(job);
+  if (!request.done() || slot->done() || !slot->active() ||
+      job.record.state() != RUNNING) {
+    return false;
+  }
+  slot->set_done(true);
+  table.AddEvent(job, "worker_done",
+                 absl::StrCat("member ", request.member_id(), " (rank ",
+                              slot->rank(), ") finished its share"),
+                 request.member_id(), writes);
+  if (AllActiveDone(job)) {
+    table.SetState(job, SUCCEEDED, "every worker finished", writes);
+    return true;
+  }
+  table.SaveRecord(job, writes);
+  return false;
+}
+
+std::vector<MetricPoint> SelectPoints(const Job& job,
+                                      const GetMetricsRequest& request) {
+  std::set<std::string> names(request.names().begin(), request.names().end());
+  // cut[k]: points of incarnation k after this step were computed again
+  // (the lowest restart step of the rollbacks after k).
+  const auto& restarts = job.record.rollback_steps();
+  std::vector<int64_t> cut(restarts.size() + 1,
+                           std::numeric_limits<int64_t>::max());
+  for (int k = restarts.size() - 1; k >= 0; --k) {
+    cut[k] = std::min(cut[k + 1], restarts[k]);
+  }
+  std::vector<MetricPoint> points;
+  for (const MetricPoint& p : job.points) {
+    if (!names.empty() && !names.count(p.name())) continue;
+    if (!request.include_superseded() && p.incarnation() >= 0 &&
+        p.incarnation() < static_cast<int64_t>(cut.size()) &&
+        p.step() > cut[p.incarnation()]) {
+      continue;
+    }
+    points.push_back(p);
+  }
+  return points;
+}
+
+}  // namespace ps::coordinator
