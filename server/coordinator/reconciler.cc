@@ -1,0 +1,310 @@
+#include "server/coordinator/reconciler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps::coordinator {
+
+std::vector<ShardAction> PlanShardActions(Job& job, const std::vector<bool>& up,
+                                          int64_t now,
+                                          int64_t poll_interval_ms) {
+  const JobState state = job.record.state();
+  std::vector<ShardAction> actions;
+  for (int i = 0; i < job.record.servers_size(); ++i) {
+    ShardSync& s = job.shards[i];
+    const std::string& address = job.record.servers(i);
+    if (state == RUNNING) {
+      if (!up[i]) continue;
+      if (s.needs_check) {
+        actions.push_back({ShardAction::kCheck, i, address});
+      } else if (s.synced_epoch < job.record.membership_epoch()) {
+        actions.push_back({ShardAction::kMembership, i, address});
+      } else if (now - s.last_poll_ms >= poll_interval_ms) {
+        s.last_poll_ms = now;
+        actions.push_back({ShardAction::kPoll, i, address});
+      }
+    } else if (IsTerminal(state) && !s.torn_down) {
+      if (up[i]) {
+        actions.push_back({ShardAction::kTeardown, i, address});
+      } else {
+        s.torn_down = true;  // nothing left there to tear down
+      }
+    }
+  }
+  return actions;
+}
+
+bool UpdateCounters(JobTable& table, Job& job, int shard,
+                    const ShardStatus& status, WriteBatch* writes) {
+  ShardSync& s = job.shards[shard];
+  const int64_t new_dropped = status.dropped_pushes() - s.dropped;
+  const int64_t new_rejected = status.rejected_pushes() - s.rejected;
+  if (s.have_counters && new_dropped > 0) {
+    table.AddEvent(job, "dropped_gradient",
+                   absl::StrCat("shard ", shard, " dropped ", new_dropped,
+                                " late gradient(s) (", status.dropped_pushes(),
+                                " in all)"),
+                   0, writes);
+  }
+  if (s.have_counters && new_rejected > 0) {
+    table.AddEvent(
+        job, "rejected_gradient",
+        absl::StrCat("shard ", shard, " rejected ", new_rejected,
+                     " gradient(s) (", status.rejected_pushes(), " in all)"),
+        0, writes);
+  }
+  s.have_counters = true;
+  s.dropped = status.dropped_pushes();
+  s.rejected = status.rejected_pushes();
+  int64_t dropped = 0;
+  int64_t rejected = 0;
+  for (const ShardSync& sh : job.shards) {
+    dropped += sh.dropped;
+    rejected += sh.rejected;
+  }
+  const bool changed = dropped != job.record.dropped_pushes() ||
+                       rejected != job.record.rejected_pushes();
+  job.record.set_dropped_pushes(dropped);
+  job.record.set_rejected_pushes(rejected);
+  return changed;
+}
+
+void ApplyRollback(JobTable& table, Job& job, int64_t incarnation,
+                   const RollbackResult& rollback, WriteBatch* writes) {
+  if (!rollback.status.ok()) {
+    job.record.set_rollback_pending(true);
+    table.AddEvent(job, "rollback_failed",
+                   absl::StrCat("rolling the job back to a checkpoint failed (",
+                                rollback.status.message(), "); will retry"),
+                   0, writes);
+    table.Touch(job);
+    return;
+  }
+  // Every worker drops its step and starts again at the restored version:
+  // the new incarnation in its assignment tells it to.
+  const int64_t now = table.clock().NowMs();
+  job.record.set_incarnation(incarnation);
+  job.record.set_rollback_pending(false);
+  // (Indexed by incarnation; a record from before this field has none for
+  // its earlier rollbacks, whose points then all count.)
+  while (job.record.rollback_steps_size() < incarnation - 1) {
+    job.record.add_rollback_steps(std::numeric_limits<int64_t>::max());
+  }
+  job.record.add_rollback_steps(rollback.start_step);
+  if (job.record.global_step() > 0) {  // epochs are steps / epoch size
+    job.record.set_epoch(job.record.epoch() * rollback.start_step /
+                         job.record.global_step());
+  }
+  job.record.set_global_step(rollback.start_step);
+  for (WorkerSlot& slot : *job.record.mutable_slots()) {
+    if (!slot.active()) continue;
+    slot.set_start_step(rollback.start_step);
+    WorkerRuntime& rt = job.runtime[slot.member_id()];
+    rt.clock = rollback.start_step;
+    rt.clock_changed_ms = now;
+    rt.samples.clear();
+  }
+  for (ShardSync& sh : job.shards) {
+    sh.needs_check = false;
+    sh.synced_epoch = -1;  // resend the membership epoch
+    sh.have_counters = false;
+  }
+  table.AddEvent(job, "rollback", rollback.note, 0, writes);
+  job.record.set_reason("running");
+  table.Touch(job);
+}
+
+void Reconciler::Reconcile(const std::string& job_id) {
+  std::optional<Round> round;
+  {
+    absl::MutexLock l(&table_->mu());
+    round = Begin(job_id);
+  }
+  if (!round.has_value()) return;
+  const Outcome out = CallShards(*round);
+  WriteBatch writes;
+  {
+    absl::MutexLock l(&table_->mu());
+    Commit(*round, out, &writes);
+  }
+  writes.Flush(store_).IgnoreError();
+}
+
+std::optional<Reconciler::Round> Reconciler::Begin(const std::string& job_id) {
+  auto it = table_->jobs().find(job_id);
+  if (it == table_->jobs().end()) return std::nullopt;
+  Job& job = *it->second;
+  if (job.reconciling || job.starting) return std::nullopt;
+  Round round;
+  round.job_id = job_id;
+  round.state = job.record.state();
+  round.servers.assign(job.record.servers().begin(),
+                       job.record.servers().end());
+  round.incarnation = job.record.incarnation();
+  const int num_shards = job.record.servers_size();
+  job.shards.resize(num_shards);
+  std::vector<bool> up(num_shards);
+  for (int i = 0; i < num_shards; ++i) {
+    up[i] = ShardUp(job, i, *members_);
+    round.all_up &= up[i];
+  }
+  // A rollback that did not reach every shard is tried again (with every
+  // shard up) until it does.
+  round.rollback_pending =
+      round.state == RUNNING && job.record.rollback_pending() && round.all_up;
+  round.actions = PlanShardActions(job, up, table_->clock().NowMs(),
+                                   shard_poll_interval_ms_);
+  if (round.actions.empty() && !round.rollback_pending) return std::nullopt;
+  job.reconciling = true;
+  round.spec = job.record.spec();
+  round.membership.set_job_id(job_id);
+  round.membership.set_membership_epoch(job.record.membership_epoch());
+  for (const WorkerSlot& s : job.record.slots()) {
+    if (s.active()) round.membership.add_worker_ids(s.member_id());
+  }
+  return round;
+}
+
+void Reconciler::CallShard(const Round& round, size_t k, Outcome* out) {
+  const ShardAction& a = round.actions[k];
+  GetShardStatusRequest status_req;
+  status_req.set_job_id(round.job_id);
+  if (a.kind == ShardAction::kTeardown) {
+    absl::StatusOr<ShardStatus> st =
+        shards_->GetShardStatus(a.address, status_req);
+    if (st.ok()) out->totals[k] = *st;
+    TeardownJobRequest req;
+    req.set_job_id(round.job_id);
+    req.set_final_checkpoint(round.state == SUCCEEDED);
+    out->results[k] = shards_->TeardownJob(a.address, req);
+    return;
+  }
+  if (a.kind == ShardAction::kPoll) {
+    absl::StatusOr<ShardStatus> st =
+        shards_->GetShardStatus(a.address, status_req);
+    if (st.ok()) out->totals[k] = *st;
+    out->results[k] = st.status();
+    return;
+  }
+  if (a.kind == ShardAction::kCheck) {
+    absl::StatusOr<ShardStatus> st =
+        shards_->GetShardStatus(a.address, status_req);
+    if (!st.ok() &&
+        (st.status().code() == absl::StatusCode::kNotFound ||
+         st.status().code() == absl::StatusCode::kFailedPrecondition)) {
+      // The shard restarted without the job: the whole job rolls back to
+      // its newest checkpoint (CallShards), once every shard is up.
+      out->lost.push_back(a.shard);
+      out->results[k] =
+          round.all_up ? absl::OkStatus()
+                       : absl::UnavailableError(
+                             "waiting for every shard to be up to roll the "
+                             "job back");
+      return;
+    }
+    if (!st.ok()) {
+      out->results[k] = st.status();
+      return;
+    }
+  }
+  out->results[k] =
+      shards_->UpdateMembership(a.address, round.membership).status();
+}
+
+Reconciler::Outcome Reconciler::CallShards(const Round& round) {
+  Outcome out;
+  const size_t n = round.actions.size();
+  out.results.resize(n);
+  out.notes.resize(n);
+  out.totals.resize(n);
+  for (size_t k = 0; k < n; ++k) CallShard(round, k, &out);
+  if (round.state != RUNNING || !round.all_up ||
+      (out.lost.empty() && !round.rollback_pending)) {
+    return out;
+  }
+  const std::vector<int64_t> workers(round.membership.worker_ids().begin(),
+                                     round.membership.worker_ids().end());
+  out.rollback = RollBack(shards_, round.job_id, round.spec, round.servers,
+                          workers, round.incarnation + 1, out.lost);
+  for (size_t k = 0; k < n; ++k) {
+    const ShardAction& a = round.actions[k];
+    if (a.kind != ShardAction::kCheck) continue;
+    if (!out.rollback->status.ok()) {
+      out.results[k] = out.rollback->status;
+    } else if (std::find(out.lost.begin(), out.lost.end(), a.shard) !=
+               out.lost.end()) {
+      out.notes[k] =
+          absl::StrCat("shard ", a.shard, " at ", a.address, " set up again",
+                       out.rollback->version > 0
+                           ? absl::StrCat(" from its checkpoint at version ",
+                                          out.rollback->version)
+                           : std::string(" (no checkpoint found)"));
+    }
+  }
+  return out;
+}
+
+bool Reconciler::CommitAction(Job& job, const Round& round, const Outcome& out,
+                              size_t k, WriteBatch* writes) {
+  const ShardAction& a = round.actions[k];
+  ShardSync& s = job.shards[a.shard];
+  bool save = false;
+  if (!out.notes[k].empty()) {
+    table_->AddEvent(job, "server_restored", out.notes[k], 0, writes);
+  }
+  if (out.totals[k].has_value()) {
+    save |= UpdateCounters(*table_, job, a.shard, *out.totals[k], writes);
+  }
+  if (a.kind == ShardAction::kPoll) return save;
+  if (a.kind == ShardAction::kTeardown) {
+    if (out.totals[k].has_value()) {
+      const ShardStatus& t = *out.totals[k];
+      table_->AddEvent(
+          job, "shard_summary",
+          absl::StrCat("shard ", a.shard, ": version ", t.version(), ", ",
+                       t.pushes(), " pushes, ", t.dropped_pushes(),
+                       " dropped, ", t.rejected_pushes(), " rejected"),
+          0, writes);
+      save = true;
+    }
+    if (out.results[k].ok() || ++s.teardown_attempts >= 3) {
+      s.torn_down = true;
+      if (!out.results[k].ok()) {
+        table_->AddEvent(job, "teardown_failed",
+                         absl::StrCat("shard ", a.shard, " at ", a.address,
+                                      ": ", out.results[k].message()),
+                         0, writes);
+      }
+    }
+    return save;
+  }
+  if (out.results[k].ok()) {
+    s.needs_check = false;
+    s.synced_epoch = round.membership.membership_epoch();
+  } else {
+    std::fprintf(stderr, "coordinator: job %s shard %d (%s): %s\n",
+                 round.job_id.c_str(), a.shard, a.address.c_str(),
+                 std::string(out.results[k].message()).c_str());
+  }
+  return save;
+}
+
+void Reconciler::Commit(const Round& round, const Outcome& out,
+                        WriteBatch* writes) {
+  Job& job = *table_->jobs()[round.job_id];
+  job.reconciling = false;
+  bool save = false;
+  if (out.rollback.has_value() && job.record.state() == RUNNING) {
+    ApplyRollback(*table_, job, round.incarnation + 1, *out.rollback, writes);
+    save = true;
+  }
+  for (size_t k = 0; k < round.actions.size(); ++k) {
+    save |= CommitAction(job, round, out, k, writes);
+  }
+  if (save) table_->SaveRecord(job, writes);
+}
+
+}  // namespace ps::coordinator

@@ -1,0 +1,160 @@
+#include "server/coordinator/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/coordinator/data_assignment.h"
+
+namespace ps::coordinator {
+
+bool Fresh(const Member& m, int64_t now, int64_t heartbeat_interval_ms) {
+  return now - m.last_heartbeat_ms() <= 3 * heartbeat_interval_ms;
+}
+
+bool IsBusy(JobTable& table, int64_t member_id) {
+  for (const auto& [id, job] : table.jobs()) {
+    if (job->record.state() != RUNNING && !job->starting) continue;
+    if (ActiveSlot(*job, member_id) != nullptr) return true;
+  }
+  return false;
+}
+
+std::string WhyPending(int num_servers, int num_idle, int want) {
+  if (num_servers == 0) return "waiting for a parameter server to register";
+  if (num_idle < want) {
+    return absl::StrCat("waiting for ", want, " idle worker(s), ", num_idle,
+                        " available");
+  }
+  return "";
+}
+
+std::vector<int64_t> IdleWorkers(JobTable& table, const Membership& members,
+                                 int64_t now, int64_t heartbeat_interval_ms) {
+  std::vector<int64_t> idle;
+  for (const Member& m : members.Alive(WORKER)) {
+    if (!IsBusy(table, m.member_id()) && Fresh(m, now, heartbeat_interval_ms)) {
+      idle.push_back(m.member_id());
+    }
+  }
+  return idle;
+}
+
+std::optional<Scheduler::Start> Scheduler::Plan(WriteBatch* writes) {
+  Job* next = nullptr;
+  for (auto& [id, job] : table_->jobs()) {
+    if (job->record.state() == PENDING && !job->starting &&
+        (next == nullptr || job->order < next->order)) {
+      next = job.get();
+    }
+  }
+  if (next == nullptr) return std::nullopt;
+  std::vector<Member> alive_servers = members_->Alive(SERVER);
+  std::vector<int64_t> idle = IdleWorkers(
+      *table_, *members_, table_->clock().NowMs(), heartbeat_interval_ms_);
+  const int want = next->record.spec().num_workers() > 0
+                       ? next->record.spec().num_workers()
+                       : std::max<int>(1, static_cast<int>(idle.size()));
+  const std::string reason = WhyPending(static_cast<int>(alive_servers.size()),
+                                        static_cast<int>(idle.size()), want);
+  if (!reason.empty()) {
+    if (next->record.reason() != reason) {
+      next->record.set_reason(reason);
+      table_->SaveRecord(*next, writes);
+    }
+    return std::nullopt;
+  }
+  Start start;
+  JobRecord& r = next->record;
+  start.job_id = r.job_id();
+  start.spec = r.spec();
+  r.clear_servers();
+  for (const Member& m : alive_servers) {
+    r.add_servers(m.address());
+    start.servers.push_back(m.address());
+  }
+  start.workers.assign(idle.begin(), idle.begin() + want);
+  AssignInitialSlots(r, start.workers);
+  r.set_reason(absl::StrCat("setting up ", start.servers.size(), " shard(s)"));
+  next->starting = true;
+  next->shards.assign(start.servers.size(), ShardSync{});
+  return start;
+}
+
+std::vector<std::string> Scheduler::Finish(
+    const Start& start, const std::vector<absl::Status>& results,
+    WriteBatch* writes) {
+  const int n = static_cast<int>(start.servers.size());
+  Job* job = table_->jobs()[start.job_id].get();
+  job->starting = false;
+  std::string failure;
+  for (int i = 0; i < n; ++i) {
+    if (!results[i].ok() && failure.empty()) {
+      failure = absl::StrCat("setup failed on shard ", i, " (",
+                             start.servers[i], "): ", results[i].message());
+    }
+  }
+  if (job->record.state() == PENDING && failure.empty()) {
+    const int64_t now = table_->clock().NowMs();
+    for (int64_t w : start.workers) {
+      WorkerRuntime& rt = job->runtime[w];
+      rt.last_heartbeat_ms = now;
+      rt.clock_changed_ms = now;
+    }
+    for (ShardSync& s : job->shards) {
+      s.synced_epoch = 1;
+      s.have_counters = true;  // a fresh job: the counters start at 0
+    }
+    table_->SetState(*job, RUNNING,
+                     absl::StrCat("running on ", start.workers.size(),
+                                  " worker(s) and ", n, " shard(s)"),
+                     writes);
+    return {};
+  }
+  std::vector<std::string> teardown;
+  for (int i = 0; i < n; ++i) {
+    if (results[i].ok()) teardown.push_back(start.servers[i]);
+  }
+  if (job->record.state() == PENDING) {
+    job->record.clear_slots();
+    job->record.clear_servers();
+    table_->AddEvent(*job, "setup_failed", failure, 0, writes);
+    job->record.set_reason(absl::StrCat(failure, "; will retry"));
+    table_->SaveRecord(*job, writes);
+  }
+  for (ShardSync& s : job->shards) s.torn_down = true;
+  return teardown;
+}
+
+void Scheduler::StartNextJob(WriteBatch* writes) {
+  std::optional<Start> start;
+  {
+    absl::MutexLock l(&table_->mu());
+    start = Plan(writes);
+  }
+  writes->Flush(store_).IgnoreError();
+  if (!start.has_value()) return;
+  const int n = static_cast<int>(start->servers.size());
+  std::vector<absl::Status> results(n);
+  for (int i = 0; i < n; ++i) {
+    SetupJobRequest req;
+    req.set_job_id(start->job_id);
+    *req.mutable_spec() = start->spec;
+    req.set_shard_index(i);
+    req.set_num_shards(n);
+    for (int64_t w : start->workers) req.add_worker_ids(w);
+    results[i] = shards_->SetupJob(start->servers[i], req).status();
+  }
+  std::vector<std::string> teardown;
+  {
+    absl::MutexLock l(&table_->mu());
+    teardown = Finish(*start, results, writes);
+  }
+  writes->Flush(store_).IgnoreError();
+  for (const std::string& address : teardown) {
+    TeardownJobRequest req;
+    req.set_job_id(start->job_id);
+    shards_->TeardownJob(address, req).IgnoreError();
+  }
+}
+
+}  // namespace ps::coordinator
