@@ -3,6 +3,13 @@
 // straggler policy, and the shards' setup and membership. The gRPC service
 // (coordinator_service.h) only decodes requests and converts statuses.
 //
+// Inside, the core is a facade over units, lowest first: job_state.h (a
+// job's state, shared by the rest), write_batch.h (durable writes made
+// after the lock is released), job_table.h (the jobs and the one lock),
+// membership.h (the member table), job_liveness.h (heartbeats and failure
+// detection), data_assignment.h (ranks and data shards), metric_intake.h,
+// straggler_policy.h, scheduler.h, reconciler.h and rollback.h.
+//
 // The protocol members follow:
 //  - Register (a restarted daemon passes its old member_id and its pid; a
 //    worker that comes back under its old id with a new pid leaves its job
@@ -32,8 +39,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "proto/coordinator_service.pb.h"
 #include "common/clock.h"
+#include "proto/coordinator_service.pb.h"
 #include "server/coordinator/job_store.h"
 #include "server/coordinator/shard_client.h"
 
