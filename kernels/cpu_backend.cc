@@ -12,6 +12,7 @@
 #include "kernels/activation_math.h"
 #include "kernels/cast_math.h"
 #include "kernels/elementwise_math.h"
+#include "kernels/host_gemm.h"
 #include "kernels/host_memory.h"
 #include "kernels/random_math.h"
 #include "kernels/reduction_math.h"
@@ -45,17 +46,7 @@ class CpuBackend final : public HostMemoryBackend {
   absl::Status DoGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
                       float alpha, const float* a, int lda, const float* b,
                       int ldb, float beta, float* c, int ldc) override {
-    if (k == 0 || alpha == 0.0f) {
-      // BLAS would still scale; keep beta == 0 meaning "overwrite" (NaN too).
-      for (int64_t i = 0; i < int64_t{m} * n; ++i) {
-        c[i] = beta == 0.0f ? 0.0f : beta * c[i];
-      }
-      return absl::OkStatus();
-    }
-    cblas_sgemm(CblasRowMajor,
-                trans_a == Transpose::kYes ? CblasTrans : CblasNoTrans,
-                trans_b == Transpose::kYes ? CblasTrans : CblasNoTrans, m, n, k,
-                alpha, a, lda, b, ldb, beta, c, ldc);
+    HostGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return absl::OkStatus();
   }
 

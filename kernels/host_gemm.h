@@ -1,0 +1,23 @@
+#ifndef PS_KERNELS_HOST_GEMM_H_
+#define PS_KERNELS_HOST_GEMM_H_
+
+// GEMM on host memory through OpenBLAS, shared by the backends that compute
+// on the host: the CPU backend, and the test-only CUDA emulation (whose GEMMs
+// the real backend hands to cuBLAS).
+
+#include "kernels/types.h"
+
+namespace ps::kernels {
+
+// Row-major c = alpha * op(a) * op(b) + beta * c with Backend::Gemm's
+// contract: op(a) is [m, k], op(b) is [k, n], c is [m, n] with row stride
+// ldc. With beta == 0, c's old contents are ignored (NaN included), also
+// when k == 0 or alpha == 0, where BLAS would scale c instead. Arguments are
+// validated by the caller.
+void HostGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+              float alpha, const float* a, int lda, const float* b, int ldb,
+              float beta, float* c, int ldc);
+
+}  // namespace ps::kernels
+
+#endif  // PS_KERNELS_HOST_GEMM_H_
