@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/host_device.h"
+#include "kernels/loss_math.h"
 #include "kernels/types.h"
 
 namespace ps::kernels {
@@ -15,8 +16,10 @@ template <Activation kAct>
 PS_HOST_DEVICE inline float ActivationForward(float x) {
   if constexpr (kAct == Activation::kRelu) {
     return x > 0.0f ? x : 0.0f;
-  } else {
+  } else if constexpr (kAct == Activation::kTanh) {
     return tanhf(x);
+  } else {
+    return Sigmoid(x);
   }
 }
 
@@ -25,8 +28,10 @@ template <Activation kAct>
 PS_HOST_DEVICE inline float ActivationBackward(float y, float dy) {
   if constexpr (kAct == Activation::kRelu) {
     return y > 0.0f ? dy : 0.0f;
-  } else {
+  } else if constexpr (kAct == Activation::kTanh) {
     return dy * (1.0f - y * y);
+  } else {
+    return dy * y * (1.0f - y);
   }
 }
 

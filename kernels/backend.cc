@@ -5,68 +5,46 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/backend_checks.h"
 #include "kernels/status_macros.h"
 
 namespace ps::kernels {
+using internal::CheckDenseMatrix;
+using internal::CheckHalfType;
+using internal::CheckMatrix;
+using internal::CheckRowsFitInt32;
+using internal::CheckSameSize;
+using internal::CheckSpan;
+using internal::kInt32Max;
+
 namespace {
 
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
-template <typename T>
-absl::Status CheckSpan(const char* op, const char* name, DeviceSpan<T> s) {
-  if (s.size < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name, " has negative size ", s.size));
-  }
-  if (s.size > 0 && s.data == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name,
-                     " is a null buffer (or a view larger "
-                     "than its buffer)"));
-  }
-  return absl::OkStatus();
+bool KnownActivation(Activation act) {
+  return act == Activation::kRelu || act == Activation::kTanh ||
+         act == Activation::kSigmoid;
 }
 
-template <typename T>
-absl::Status CheckMatrix(const char* op, const char* name, DeviceMatrix<T> m) {
-  if (m.rows < 0 || m.cols < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", name, " has negative shape [", m.rows, ", ", m.cols, "]"));
-  }
-  if (m.cols > 0 && m.rows > std::numeric_limits<int64_t>::max() / m.cols) {
+// The checks SigmoidBinaryCrossEntropy and MeanSquaredError share: x and
+// target [n >= 1], loss a scalar, grad [n] if given.
+absl::Status CheckLossArgs(const char* op, DeviceSpan<const float> x,
+                           DeviceSpan<const float> target,
+                           DeviceSpan<float> loss,
+                           const std::optional<DeviceSpan<float>>& grad) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckSpan(op, "input", x));
+  PS_KERNELS_RETURN_IF_ERROR(CheckSpan(op, "target", target));
+  PS_KERNELS_RETURN_IF_ERROR(CheckSpan(op, "loss", loss));
+  if (x.size == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name, " size overflows int64"));
+        absl::StrCat(op, ": the input must be non-empty"));
   }
-  if (m.rows > 0 && m.cols > 0 && m.data == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name,
-                     " is a null buffer (or a view larger "
-                     "than its buffer)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckSameSize(const char* op, const char* a_name, int64_t a,
-                           const char* b_name, int64_t b) {
-  if (a != b) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", a_name, " has ", a, " elements but ", b_name, " has ", b));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckRowsFitInt32(const char* op, int64_t rows, int64_t cols) {
-  if (rows > kInt32Max || cols > kInt32Max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": shape [", rows, ", ", cols, "] exceeds the int32 range"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckHalfType(const char* op, DType t) {
-  if (t != DType::kF16 && t != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": dtype ", static_cast<int>(t), " is not fp16 or bf16"));
+  PS_KERNELS_RETURN_IF_ERROR(
+      CheckSameSize(op, "target", target.size, "input", x.size));
+  PS_KERNELS_RETURN_IF_ERROR(
+      CheckSameSize(op, "loss", loss.size, "a scalar", 1));
+  if (grad.has_value()) {
+    PS_KERNELS_RETURN_IF_ERROR(CheckSpan(op, "gradient", *grad));
+    PS_KERNELS_RETURN_IF_ERROR(
+        CheckSameSize(op, "gradient", grad->size, "input", x.size));
   }
   return absl::OkStatus();
 }
@@ -187,7 +165,7 @@ absl::Status Backend::Gemm(Transpose trans_a, Transpose trans_b, float alpha,
 absl::Status Backend::BiasAdd(DeviceSpan<const float> bias,
                               DeviceMatrix<float> y) {
   PS_KERNELS_RETURN_IF_ERROR(CheckSpan("BiasAdd", "bias", bias));
-  PS_KERNELS_RETURN_IF_ERROR(CheckMatrix("BiasAdd", "y", y));
+  PS_KERNELS_RETURN_IF_ERROR(CheckDenseMatrix("BiasAdd", "y", y));
   PS_KERNELS_RETURN_IF_ERROR(
       CheckSameSize("BiasAdd", "bias", bias.size, "y's row", y.cols));
   PS_KERNELS_RETURN_IF_ERROR(CheckRowsFitInt32("BiasAdd", y.rows, y.cols));
@@ -197,7 +175,7 @@ absl::Status Backend::BiasAdd(DeviceSpan<const float> bias,
 
 absl::Status Backend::BiasGrad(DeviceMatrix<const float> dy,
                                DeviceSpan<float> dbias) {
-  PS_KERNELS_RETURN_IF_ERROR(CheckMatrix("BiasGrad", "dy", dy));
+  PS_KERNELS_RETURN_IF_ERROR(CheckDenseMatrix("BiasGrad", "dy", dy));
   PS_KERNELS_RETURN_IF_ERROR(CheckSpan("BiasGrad", "dbias", dbias));
   PS_KERNELS_RETURN_IF_ERROR(
       CheckSameSize("BiasGrad", "dbias", dbias.size, "dy's row", dy.cols));
@@ -213,7 +191,7 @@ absl::Status Backend::ActivationForward(Activation act,
   PS_KERNELS_RETURN_IF_ERROR(CheckSpan("ActivationForward", "y", y));
   PS_KERNELS_RETURN_IF_ERROR(
       CheckSameSize("ActivationForward", "x", x.size, "y", y.size));
-  if (act != Activation::kRelu && act != Activation::kTanh) {
+  if (!KnownActivation(act)) {
     return absl::InvalidArgumentError("ActivationForward: unknown activation");
   }
   if (x.size == 0) return absl::OkStatus();
@@ -231,7 +209,7 @@ absl::Status Backend::ActivationBackward(Activation act,
       CheckSameSize("ActivationBackward", "y", y.size, "dy", dy.size));
   PS_KERNELS_RETURN_IF_ERROR(
       CheckSameSize("ActivationBackward", "y", y.size, "dx", dx.size));
-  if (act != Activation::kRelu && act != Activation::kTanh) {
+  if (!KnownActivation(act)) {
     return absl::InvalidArgumentError("ActivationBackward: unknown activation");
   }
   if (y.size == 0) return absl::OkStatus();
@@ -242,7 +220,7 @@ absl::Status Backend::SoftmaxCrossEntropy(
     DeviceMatrix<const float> logits, DeviceSpan<const int32_t> labels,
     DeviceSpan<float> loss, std::optional<DeviceMatrix<float>> dlogits) {
   constexpr char kOp[] = "SoftmaxCrossEntropy";
-  PS_KERNELS_RETURN_IF_ERROR(CheckMatrix(kOp, "logits", logits));
+  PS_KERNELS_RETURN_IF_ERROR(CheckDenseMatrix(kOp, "logits", logits));
   PS_KERNELS_RETURN_IF_ERROR(CheckSpan(kOp, "labels", labels));
   PS_KERNELS_RETURN_IF_ERROR(CheckSpan(kOp, "loss", loss));
   if (logits.rows == 0 || logits.cols == 0) {
@@ -257,7 +235,7 @@ absl::Status Backend::SoftmaxCrossEntropy(
   PS_KERNELS_RETURN_IF_ERROR(CheckRowsFitInt32(kOp, logits.rows, logits.cols));
   float* grad = nullptr;
   if (dlogits.has_value()) {
-    PS_KERNELS_RETURN_IF_ERROR(CheckMatrix(kOp, "dlogits", *dlogits));
+    PS_KERNELS_RETURN_IF_ERROR(CheckDenseMatrix(kOp, "dlogits", *dlogits));
     if (dlogits->rows != logits.rows || dlogits->cols != logits.cols) {
       return absl::InvalidArgumentError(absl::StrCat(
           kOp, ": dlogits is [", dlogits->rows, ", ", dlogits->cols,
@@ -271,7 +249,7 @@ absl::Status Backend::SoftmaxCrossEntropy(
 
 absl::Status Backend::Argmax(DeviceMatrix<const float> x,
                              DeviceSpan<int32_t> out) {
-  PS_KERNELS_RETURN_IF_ERROR(CheckMatrix("Argmax", "x", x));
+  PS_KERNELS_RETURN_IF_ERROR(CheckDenseMatrix("Argmax", "x", x));
   PS_KERNELS_RETURN_IF_ERROR(CheckSpan("Argmax", "out", out));
   PS_KERNELS_RETURN_IF_ERROR(
       CheckSameSize("Argmax", "out", out.size, "x's rows", x.rows));
@@ -346,6 +324,92 @@ absl::Status Backend::CastToFloat(DType from, DeviceSpan<const uint16_t> x,
       CheckSameSize("CastToFloat", "x", x.size, "y", y.size));
   if (x.size == 0) return absl::OkStatus();
   return DoCastToFloat(from, x.data, x.size, y.data);
+}
+
+absl::Status Backend::BatchedGemm(Transpose trans_a, Transpose trans_b,
+                                  float alpha, DeviceMatrixBatch<const float> a,
+                                  DeviceMatrixBatch<const float> b, float beta,
+                                  DeviceMatrixBatch<float> c) {
+  constexpr char kOp[] = "BatchedGemm";
+  if (a.count != b.count || a.count != c.count || a.count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": matrix counts differ or are negative: a ", a.count,
+                     ", b ", b.count, ", c ", c.count));
+  }
+  if (a.count > kInt32Max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": ", a.count, " matrices exceed the int32 range"));
+  }
+  // One matrix's checks and shapes are Gemm's; the whole batch must be
+  // addressable.
+  const DeviceMatrix<const float> a0(a.data, a.rows, a.cols);
+  const DeviceMatrix<const float> b0(b.data, b.rows, b.cols);
+  const DeviceMatrix<float> c0(c.data, c.rows, c.cols);
+  PS_KERNELS_RETURN_IF_ERROR(CheckMatrix(kOp, "a", a0));
+  PS_KERNELS_RETURN_IF_ERROR(CheckMatrix(kOp, "b", b0));
+  PS_KERNELS_RETURN_IF_ERROR(CheckMatrix(kOp, "c", c0));
+  for (const DeviceMatrix<const float>& m :
+       {a0, b0, DeviceMatrix<const float>(c0)}) {
+    if (m.rows > kInt32Max || m.cols > kInt32Max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": matrix [", m.rows, ", ", m.cols,
+                       "] exceeds the int32 range"));
+    }
+    if (m.size() > 0 &&
+        a.count > std::numeric_limits<int64_t>::max() / m.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": batch size overflows int64"));
+    }
+  }
+  const bool ta = trans_a == Transpose::kYes;
+  const bool tb = trans_b == Transpose::kYes;
+  const int64_t m = ta ? a.cols : a.rows;
+  const int64_t k = ta ? a.rows : a.cols;
+  const int64_t kb = tb ? b.cols : b.rows;
+  const int64_t n = tb ? b.rows : b.cols;
+  if (k != kb || c.rows != m || c.cols != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": shapes do not match: op(a) is [", m, ", ", k, "], op(b) is [",
+        kb, ", ", n, "], c is [", c.rows, ", ", c.cols, "]"));
+  }
+  if (a.count == 0 || m == 0 || n == 0) return absl::OkStatus();
+  return DoBatchedGemm(trans_a, trans_b, static_cast<int>(a.count),
+                       static_cast<int>(m), static_cast<int>(n),
+                       static_cast<int>(k), alpha, a.data, b.data, beta,
+                       c.data);
+}
+
+absl::Status Backend::CopyMatrix(DeviceMatrix<const float> src,
+                                 DeviceMatrix<float> dst) {
+  PS_KERNELS_RETURN_IF_ERROR(
+      internal::CheckStridedMatrix("CopyMatrix", "src", src));
+  PS_KERNELS_RETURN_IF_ERROR(
+      internal::CheckStridedMatrix("CopyMatrix", "dst", dst));
+  PS_KERNELS_RETURN_IF_ERROR(
+      internal::CheckShape("CopyMatrix", "dst", dst, src.rows, src.cols));
+  if (src.size() == 0) return absl::OkStatus();
+  return DoCopyMatrix(src.data, src.stride(), src.rows, src.cols, dst.data,
+                      dst.stride());
+}
+
+absl::Status Backend::SigmoidBinaryCrossEntropy(
+    DeviceSpan<const float> logits, DeviceSpan<const float> labels,
+    DeviceSpan<float> loss, std::optional<DeviceSpan<float>> dlogits) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckLossArgs("SigmoidBinaryCrossEntropy", logits,
+                                           labels, loss, dlogits));
+  return DoSigmoidBinaryCrossEntropy(
+      logits.data, labels.data, logits.size, loss.data,
+      dlogits.has_value() ? dlogits->data : nullptr);
+}
+
+absl::Status Backend::MeanSquaredError(
+    DeviceSpan<const float> predictions, DeviceSpan<const float> targets,
+    DeviceSpan<float> loss, std::optional<DeviceSpan<float>> dpredictions) {
+  PS_KERNELS_RETURN_IF_ERROR(CheckLossArgs("MeanSquaredError", predictions,
+                                           targets, loss, dpredictions));
+  return DoMeanSquaredError(
+      predictions.data, targets.data, predictions.size, loss.data,
+      dpredictions.has_value() ? dpredictions->data : nullptr);
 }
 
 }  // namespace ps::kernels

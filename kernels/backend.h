@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/caching_allocator.h"
+#include "kernels/conv_math.h"
 #include "kernels/types.h"
 
 namespace ps::kernels {
@@ -41,8 +42,10 @@ struct DeviceMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   // Elements from one row's start to the next; 0 means `cols` (a dense
-  // matrix). Larger for a block of columns of a wider matrix; only Gemm's
-  // `a` and `b` accept that, the other ops take dense matrices.
+  // matrix). Larger for a block of columns of a wider matrix; only the
+  // arguments documented as "strided" accept that (Gemm's `a` and `b`,
+  // CopyMatrix, the embedding bags' outputs and gradients, the lower-triangle
+  // ops' rows), the other ops reject it.
   int64_t ld = 0;
 
   DeviceMatrix() = default;
@@ -58,6 +61,29 @@ struct DeviceMatrix {
   int64_t stride() const { return ld > 0 ? ld : cols; }
   int64_t size() const { return rows * cols; }
   DeviceSpan<T> flat() const { return DeviceSpan<T>(data, rows * cols); }
+};
+
+// `count` dense row-major [rows, cols] matrices stored back to back: matrix i
+// starts at data + i * rows * cols. Not owning.
+template <typename T>
+struct DeviceMatrixBatch {
+  T* data = nullptr;
+  int64_t count = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  DeviceMatrixBatch() = default;
+  DeviceMatrixBatch(T* d, int64_t n, int64_t r, int64_t c)
+      : data(d), count(n), rows(r), cols(c) {}
+  // Implicit where U* converts to T* (adds const).
+  template <typename U,
+            typename = std::enable_if_t<std::is_convertible_v<U*, T*>>>
+  DeviceMatrixBatch(
+      const DeviceMatrixBatch<U>& other)  // NOLINT(google-explicit-constructor)
+      : data(other.data),
+        count(other.count),
+        rows(other.rows),
+        cols(other.cols) {}
 };
 
 // Owns one block of device memory from a backend's caching allocator; freeing
@@ -97,6 +123,15 @@ class DeviceBuffer {
         (cols == 0 || rows <= bytes_ / static_cast<int64_t>(sizeof(T)) / cols);
     return DeviceMatrix<T>(fits ? static_cast<T*>(block_.ptr) : nullptr, rows,
                            cols);
+  }
+  template <typename T>
+  DeviceMatrixBatch<T> Batch(int64_t count, int64_t rows, int64_t cols) const {
+    const DeviceMatrix<T> all =
+        rows >= 0 && cols >= 0 && count >= 0 &&
+                (cols == 0 || rows <= (int64_t{1} << 62) / cols)
+            ? Matrix<T>(count, rows * cols)
+            : DeviceMatrix<T>();
+    return DeviceMatrixBatch<T>(all.data, count, rows, cols);
   }
 
  private:
@@ -200,6 +235,163 @@ class Backend {
   absl::Status CastToFloat(DType from, DeviceSpan<const uint16_t> x,
                            DeviceSpan<float> y);
 
+  // ---- Ops of the layers beyond the MLP (issue "Layers"). Each layer's
+  // forward and backward is a few of these (see kernels/README.md):
+  //   Conv2D      Conv2DForward + BiasAdd | BiasGrad + Conv2DBackwardFilter
+  //               + Conv2DBackwardData (the biases: BiasAdd/BiasGrad on the
+  //               [batch * out_pixels, out_c] output)
+  //   pooling     MaxPool2D* / AvgPool2D*
+  //   EmbeddingBag  EmbeddingBagForward | EmbeddingBagBackward
+  //   DLRM dot    BatchedGemm(Z, Z^T) + GatherLowerTriangle |
+  //               ScatterLowerTriangle + BatchedGemm(S, Z)
+  //   FM          FmInteraction | FmInteractionBackward
+  //   Dot (MF)    RowwiseDot (+ Axpy for biases) | RowwiseDotBackward
+  //   Concat      CopyMatrix into / out of column blocks
+  //   heads       SigmoidBinaryCrossEntropy, MeanSquaredError
+  // Images are NHWC (kernels/conv_math.h). Int32 index arrays live in device
+  // memory: the CPU backend checks their values and rejects bad ones with
+  // INVALID_ARGUMENT before writing; the CUDA backend cannot see them from
+  // the host, so its kernels clamp what would read out of bounds and document
+  // what comes out instead.
+
+  // c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for each of the `count`
+  // matrices, with Gemm's contract per matrix (shapes, beta == 0). All
+  // dense; counts equal; per-matrix dimensions and count fit in int32.
+  absl::Status BatchedGemm(Transpose trans_a, Transpose trans_b, float alpha,
+                           DeviceMatrixBatch<const float> a,
+                           DeviceMatrixBatch<const float> b, float beta,
+                           DeviceMatrixBatch<float> c);
+
+  // dst = src, both [rows, cols]; either may be strided (a column block of a
+  // wider matrix): Concat's forward and backward. They must not overlap.
+  absl::Status CopyMatrix(DeviceMatrix<const float> src,
+                          DeviceMatrix<float> dst);
+
+  // im2col: `images` (g.batch NHWC images) -> `patches` [g.batch *
+  // g.out_pixels(), g.patch_size()] (zeros where a patch reads padding).
+  absl::Status Im2Col(const ConvGeometry& g, DeviceSpan<const float> images,
+                      DeviceMatrix<float> patches);
+  // col2im, im2col's adjoint: images[i] = sum of the patch entries that read
+  // input i (overwrites `images`). Every backend sums in the same order.
+  absl::Status Col2Im(const ConvGeometry& g, DeviceMatrix<const float> patches,
+                      DeviceSpan<float> images);
+
+  // Convolutions through im2col/col2im and GEMM, in blocks of images: each
+  // block's patch matrix lives in `workspace`, which holds
+  // floor(workspace.size / ConvWorkspacePerImage(g)) images (at least one;
+  // any workspace will do when that is 0, a 1x1 stride-1 unpadded filter).
+  // Fewer images per block keep the patches in cache; more make larger
+  // GEMMs. ConvWorkspaceSize(g) is this backend's choice.
+  static int64_t ConvWorkspacePerImage(const ConvGeometry& g);
+  virtual int64_t ConvWorkspaceSize(const ConvGeometry& g) const;
+  //   y [batch * out_pixels, out_c] = patches(x) * filter [patch_size, out_c]
+  absl::Status Conv2DForward(const ConvGeometry& g, DeviceSpan<const float> x,
+                             DeviceMatrix<const float> filter,
+                             DeviceMatrix<float> y,
+                             DeviceSpan<float> workspace);
+  //   dfilter = patches(x)^T * dy (overwrites dfilter)
+  absl::Status Conv2DBackwardFilter(const ConvGeometry& g,
+                                    DeviceSpan<const float> x,
+                                    DeviceMatrix<const float> dy,
+                                    DeviceMatrix<float> dfilter,
+                                    DeviceSpan<float> workspace);
+  //   dx = col2im(dy * filter^T) (overwrites dx)
+  absl::Status Conv2DBackwardData(const ConvGeometry& g,
+                                  DeviceMatrix<const float> dy,
+                                  DeviceMatrix<const float> filter,
+                                  DeviceSpan<float> dx,
+                                  DeviceSpan<float> workspace);
+
+  // Max pooling: y (g.out_size()) and, per output, the index inside its image
+  // ((h * in_w + w) * channels + c) of the input it took, for the backward
+  // pass. Ties keep the first input in (h, w) order; NaN propagates.
+  absl::Status MaxPool2DForward(const PoolGeometry& g,
+                                DeviceSpan<const float> x, DeviceSpan<float> y,
+                                DeviceSpan<int32_t> argmax);
+  // dx[i] = sum of dy over the windows whose argmax is i (overwrites dx);
+  // argmax as MaxPool2DForward wrote it for the same geometry. Indices
+  // outside the image are ignored (other wrong indices give an unspecified
+  // gradient, never a write outside dx).
+  absl::Status MaxPool2DBackward(const PoolGeometry& g,
+                                 DeviceSpan<const int32_t> argmax,
+                                 DeviceSpan<const float> dy,
+                                 DeviceSpan<float> dx);
+  // Average pooling over the inputs inside each window (padding not counted).
+  absl::Status AvgPool2DForward(const PoolGeometry& g,
+                                DeviceSpan<const float> x, DeviceSpan<float> y);
+  absl::Status AvgPool2DBackward(const PoolGeometry& g,
+                                 DeviceSpan<const float> dy,
+                                 DeviceSpan<float> dx);
+
+  // Embedding bags over `rows` [num_rows, dim] (the unique rows of a batch,
+  // as the parameter client returns them): bag b of `out` [num_bags, dim]
+  // (strided) is scale * sum_p weights[p] * rows[indices[p]] over p in
+  // [offsets[b], offsets[b + 1]), scale 1 (kSum) or 1 / count (kMean);
+  // weights absent means 1; empty bags are 0. offsets has num_bags + 1
+  // entries from 0 up to indices.size, non-decreasing; indices are in
+  // [0, num_rows). CUDA: an out-of-range id makes its bag NaN, offsets are
+  // clamped to [0, indices.size].
+  absl::Status EmbeddingBagForward(
+      EmbeddingBagMode mode, DeviceMatrix<const float> rows,
+      DeviceSpan<const int32_t> indices, DeviceSpan<const int32_t> offsets,
+      std::optional<DeviceSpan<const float>> weights, DeviceMatrix<float> out);
+  // drows [num_rows, dim] = the gradient of every row: the sum over each
+  // position p of scale * weights[p] * dout[bag of p] (overwrites drows;
+  // rows no bag uses are 0). dout is strided. CPU: in order (deterministic).
+  // CUDA: float atomics, one per (position, dimension), so the summation
+  // order of a row used more than once varies from run to run; out-of-range
+  // ids are skipped.
+  absl::Status EmbeddingBagBackward(
+      EmbeddingBagMode mode, DeviceSpan<const int32_t> indices,
+      DeviceSpan<const int32_t> offsets,
+      std::optional<DeviceSpan<const float>> weights,
+      DeviceMatrix<const float> dout, DeviceMatrix<float> drows);
+
+  // Fused, numerically stable sigmoid binary cross-entropy over logits [n]
+  // with labels [n] in [0, 1]:
+  //   loss[0] = mean_i max(x, 0) - x y + log(1 + exp(-|x|))
+  //   dlogits = (sigmoid(x) - y) / n   (if given; may alias logits)
+  absl::Status SigmoidBinaryCrossEntropy(
+      DeviceSpan<const float> logits, DeviceSpan<const float> labels,
+      DeviceSpan<float> loss, std::optional<DeviceSpan<float>> dlogits);
+  // loss[0] = mean_i (p - t)^2; dpredictions = 2 (p - t) / n (if given; may
+  // alias predictions).
+  absl::Status MeanSquaredError(DeviceSpan<const float> predictions,
+                                DeviceSpan<const float> targets,
+                                DeviceSpan<float> loss,
+                                std::optional<DeviceSpan<float>> dpredictions);
+
+  // DLRM's dot interaction around BatchedGemm: row b of `out` [count,
+  // fields * (fields - 1) / 2] (strided) is the strictly lower triangle of
+  // gram[b] [fields, fields], pair (i > j) at column i * (i - 1) / 2 + j.
+  absl::Status GatherLowerTriangle(DeviceMatrixBatch<const float> gram,
+                                   DeviceMatrix<float> out);
+  // Its adjoint for a symmetric product: dgram[b][i][j] = dgram[b][j][i] =
+  // dout[b, pair(i, j)], zero diagonal (overwrites dgram); then
+  // dZ[b] = dgram[b] * Z[b] for gram = Z Z^T.
+  absl::Status ScatterLowerTriangle(DeviceMatrix<const float> dout,
+                                    DeviceMatrixBatch<float> dgram);
+
+  // Factorization machine, second order: v [batch, fields * dim] holds each
+  // example's field embeddings; out[b] = sum_{f < g} <v[b, f], v[b, g]>.
+  absl::Status FmInteraction(int64_t fields, DeviceMatrix<const float> v,
+                             DeviceSpan<float> out);
+  // dv[b, f, d] = dout[b] * (sum_g v[b, g, d] - v[b, f, d]) (overwrites dv).
+  absl::Status FmInteractionBackward(int64_t fields,
+                                     DeviceMatrix<const float> v,
+                                     DeviceSpan<const float> dout,
+                                     DeviceMatrix<float> dv);
+
+  // out[r] = <a[r], b[r]> for a, b [rows, dim] (matrix factorization's Dot).
+  absl::Status RowwiseDot(DeviceMatrix<const float> a,
+                          DeviceMatrix<const float> b, DeviceSpan<float> out);
+  // da[r] = dout[r] * b[r], db[r] = dout[r] * a[r] (overwrite).
+  absl::Status RowwiseDotBackward(DeviceMatrix<const float> a,
+                                  DeviceMatrix<const float> b,
+                                  DeviceSpan<const float> dout,
+                                  DeviceMatrix<float> da,
+                                  DeviceMatrix<float> db);
+
  protected:
   // Implementations get validated, non-empty arguments (n >= 1 elements)
   // unless stated otherwise.
@@ -244,6 +436,85 @@ class Backend {
                                        uint16_t* y) = 0;
   virtual absl::Status DoCastToFloat(DType from, const uint16_t* x, int64_t n,
                                      float* y) = 0;
+
+  // Hooks of the layer ops. Index arrays are device pointers (see above);
+  // `weights` may be null; ld_* are row strides (>= cols). Counts >= 1
+  // unless stated otherwise.
+  virtual absl::Status DoBatchedGemm(Transpose trans_a, Transpose trans_b,
+                                     int count, int m, int n, int k,
+                                     float alpha, const float* a,
+                                     const float* b, float beta, float* c) = 0;
+  virtual absl::Status DoCopyMatrix(const float* src, int64_t ld_src,
+                                    int64_t rows, int64_t cols, float* dst,
+                                    int64_t ld_dst) = 0;
+  virtual absl::Status DoIm2Col(const ConvGeometry& g, const float* images,
+                                float* patches) = 0;
+  virtual absl::Status DoCol2Im(const ConvGeometry& g, const float* patches,
+                                float* images) = 0;
+  // The convolutions are im2col/col2im + GEMM in blocks of images_per_block
+  // images (>= 1; workspace null when im2col is the identity) on top of the
+  // hooks above; a backend may override them.
+  virtual absl::Status DoConv2DForward(const ConvGeometry& g, const float* x,
+                                       const float* filter, float* y,
+                                       float* workspace,
+                                       int64_t images_per_block);
+  virtual absl::Status DoConv2DBackwardFilter(const ConvGeometry& g,
+                                              const float* x, const float* dy,
+                                              float* dfilter, float* workspace,
+                                              int64_t images_per_block);
+  virtual absl::Status DoConv2DBackwardData(const ConvGeometry& g,
+                                            const float* dy,
+                                            const float* filter, float* dx,
+                                            float* workspace,
+                                            int64_t images_per_block);
+  virtual absl::Status DoMaxPool2DForward(const PoolGeometry& g, const float* x,
+                                          float* y, int32_t* argmax) = 0;
+  virtual absl::Status DoMaxPool2DBackward(const PoolGeometry& g,
+                                           const int32_t* argmax,
+                                           const float* dy, float* dx) = 0;
+  virtual absl::Status DoAvgPool2DForward(const PoolGeometry& g, const float* x,
+                                          float* y) = 0;
+  virtual absl::Status DoAvgPool2DBackward(const PoolGeometry& g,
+                                           const float* dy, float* dx) = 0;
+  // num_bags >= 1, dim >= 1; num_rows and nnz may be 0.
+  virtual absl::Status DoEmbeddingBagForward(
+      EmbeddingBagMode mode, const float* rows, int64_t num_rows, int64_t dim,
+      const int32_t* indices, int64_t nnz, const int32_t* offsets,
+      int64_t num_bags, const float* weights, float* out, int64_t ld_out) = 0;
+  // num_rows >= 1, dim >= 1; num_bags and nnz may be 0.
+  virtual absl::Status DoEmbeddingBagBackward(
+      EmbeddingBagMode mode, const int32_t* indices, int64_t nnz,
+      const int32_t* offsets, int64_t num_bags, const float* weights,
+      const float* dout, int64_t ld_dout, int64_t num_rows, int64_t dim,
+      float* drows) = 0;
+  // dlogits / dpredictions may be null (no gradient).
+  virtual absl::Status DoSigmoidBinaryCrossEntropy(const float* logits,
+                                                   const float* labels,
+                                                   int64_t n, float* loss,
+                                                   float* dlogits) = 0;
+  virtual absl::Status DoMeanSquaredError(const float* predictions,
+                                          const float* targets, int64_t n,
+                                          float* loss, float* dpredictions) = 0;
+  // fields >= 2.
+  virtual absl::Status DoGatherLowerTriangle(const float* gram, int64_t count,
+                                             int64_t fields, float* out,
+                                             int64_t ld_out) = 0;
+  virtual absl::Status DoScatterLowerTriangle(const float* dout,
+                                              int64_t ld_dout, int64_t count,
+                                              int64_t fields, float* dgram) = 0;
+  virtual absl::Status DoFmInteraction(const float* v, int64_t batch,
+                                       int64_t fields, int64_t dim,
+                                       float* out) = 0;
+  virtual absl::Status DoFmInteractionBackward(const float* v, int64_t batch,
+                                               int64_t fields, int64_t dim,
+                                               const float* dout,
+                                               float* dv) = 0;
+  virtual absl::Status DoRowwiseDot(const float* a, const float* b,
+                                    int64_t rows, int64_t dim, float* out) = 0;
+  virtual absl::Status DoRowwiseDotBackward(const float* a, const float* b,
+                                            int64_t rows, int64_t dim,
+                                            const float* dout, float* da,
+                                            float* db) = 0;
 };
 
 }  // namespace ps::kernels

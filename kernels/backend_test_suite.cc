@@ -10,77 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/backend_test_util.h"
 #include "kernels/cast_math.h"
 #include "kernels/random_math.h"
 
 namespace ps::kernels {
-namespace {
-
-#define ASSERT_OK(expr)                          \
-  do {                                           \
-    const absl::Status s_ = (expr);              \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_; \
-  } while (false)
-
-constexpr int64_t kSizes[] = {1, 7, 129, 1000};
-
-std::vector<float> RandomVector(int64_t n, uint32_t seed, float lo = -1.0f,
-                                float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// |got - ref| <= atol + rtol * |ref| everywhere; reports the first miss.
-void ExpectAllClose(const std::vector<float>& got,
-                    const std::vector<double>& ref, double atol, double rtol,
-                    const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  int misses = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(static_cast<double>(got[i]) - ref[i]);
-    if (!(err <= atol + rtol * std::abs(ref[i]))) {
-      if (misses++ == 0) {
-        ADD_FAILURE() << what << ": element " << i << " is " << got[i]
-                      << ", reference " << ref[i];
-      }
-    }
-  }
-  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size()
-                       << " elements outside tolerance";
-}
-
-// Uploads host data into a fresh device buffer.
-template <typename T>
-DeviceBuffer ToDevice(Backend& backend, const std::vector<T>& host) {
-  absl::StatusOr<DeviceBuffer> buffer =
-      backend.AllocateArray<T>(std::max<int64_t>(1, host.size()));
-  EXPECT_TRUE(buffer.ok()) << buffer.status();
-  if (!buffer.ok()) return DeviceBuffer();
-  const absl::Status s =
-      backend.CopyToDevice(host.data(), buffer->data(),
-                           static_cast<int64_t>(host.size() * sizeof(T)));
-  EXPECT_TRUE(s.ok()) << s;
-  return *std::move(buffer);
-}
-
-template <typename T>
-DeviceBuffer Zeros(Backend& backend, int64_t n) {
-  return ToDevice(backend, std::vector<T>(static_cast<size_t>(n), T{}));
-}
-
-template <typename T>
-std::vector<T> ToHost(Backend& backend, const DeviceBuffer& buffer, int64_t n) {
-  std::vector<T> host(static_cast<size_t>(n));
-  const absl::Status s = backend.CopyToHost(
-      buffer.data(), host.data(), n * static_cast<int64_t>(sizeof(T)));
-  EXPECT_TRUE(s.ok()) << s;
-  return host;
-}
-
-}  // namespace
 
 void BackendOpsTest::SetUp() {
   absl::StatusOr<std::unique_ptr<Backend>> backend = GetParam().create();
@@ -251,15 +185,17 @@ TEST_P(BackendOpsTest, BiasAddAndGradMatchReference) {
 
 TEST_P(BackendOpsTest, ActivationsMatchReference) {
   Backend& b = *backend_;
-  for (Activation act : {Activation::kRelu, Activation::kTanh}) {
+  for (Activation act :
+       {Activation::kRelu, Activation::kTanh, Activation::kSigmoid}) {
     for (int64_t n : kSizes) {
       std::vector<float> x = RandomVector(n, 200 + n, -3.0f, 3.0f);
       if (n > 1) x[0] = 0.0f;  // ReLU's kink: gradient 0 at 0
       const std::vector<float> dy = RandomVector(n, 300 + n);
       std::vector<double> ref_y(x.size());
       for (size_t i = 0; i < x.size(); ++i) {
-        ref_y[i] = act == Activation::kRelu ? std::max(0.0, double{x[i]})
-                                            : std::tanh(double{x[i]});
+        ref_y[i] = act == Activation::kRelu   ? std::max(0.0, double{x[i]})
+                   : act == Activation::kTanh ? std::tanh(double{x[i]})
+                                              : 1.0 / (1.0 + std::exp(-x[i]));
       }
       DeviceBuffer dx = ToDevice(b, x);
       DeviceBuffer out = Zeros<float>(b, n);
@@ -271,9 +207,10 @@ TEST_P(BackendOpsTest, ActivationsMatchReference) {
           absl::StrCat("forward act=", static_cast<int>(act), " n=", n));
       std::vector<double> ref_dx(x.size());
       for (size_t i = 0; i < x.size(); ++i) {
-        ref_dx[i] = act == Activation::kRelu
-                        ? (x[i] > 0.0f ? double{dy[i]} : 0.0)
-                        : dy[i] * (1.0 - double{y[i]} * y[i]);
+        ref_dx[i] =
+            act == Activation::kRelu   ? (x[i] > 0.0f ? double{dy[i]} : 0.0)
+            : act == Activation::kTanh ? dy[i] * (1.0 - double{y[i]} * y[i])
+                                       : dy[i] * double{y[i]} * (1.0 - y[i]);
       }
       DeviceBuffer ddy = ToDevice(b, dy);
       // In place: dx aliases dy.

@@ -29,6 +29,17 @@ class BackendOpsTest : public testing::TestWithParam<BackendFactory> {
   std::unique_ptr<Backend> backend_;
 };
 
+// The layer ops on the parameter backend and on the CPU backend agree.
+//
+//   INSTANTIATE_TEST_SUITE_P(Cuda, LayerOpsAgreeWithCpuTest,
+//                            testing::Values(BackendFactory{"cuda", ...}));
+class LayerOpsAgreeWithCpuTest : public testing::TestWithParam<BackendFactory> {
+ protected:
+  void SetUp() override;
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<Backend> other_;
+};
+
 std::string BackendFactoryName(
     const testing::TestParamInfo<BackendFactory>& info);
 

@@ -15,6 +15,7 @@
 #define PS_LAUNCH(kernel, grid, block, stream, ...) \
   kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
 #include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_layer_kernels.cuh"
 
 namespace ps::kernels {
 namespace {
@@ -155,7 +156,7 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     // Scratch goes back to the cache before the stream it was used on ends.
-    row_loss_ = DeviceBuffer();
+    loss_scratch_ = DeviceBuffer();
     context_.reset();
   }
 
@@ -277,15 +278,10 @@ class CudaBackend final : public Backend {
                                      int64_t rows, int64_t cols, float* loss,
                                      float* dlogits) override {
     PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
-    const int64_t needed = rows * static_cast<int64_t>(sizeof(float));
-    if (row_loss_.bytes() < needed) {
-      absl::StatusOr<DeviceBuffer> scratch = DoAllocate(needed);
-      if (!scratch.ok()) return scratch.status();
-      row_loss_ = *std::move(scratch);
-    }
+    absl::StatusOr<float*> row_loss = LossScratch(rows);
+    if (!row_loss.ok()) return row_loss.status();
     cuda::LaunchSoftmaxCrossEntropy(context_->stream(), logits, labels, rows,
-                                    cols, static_cast<float*>(row_loss_.data()),
-                                    loss, dlogits);
+                                    cols, *row_loss, loss, dlogits);
     return LaunchStatus("SoftmaxCrossEntropy");
   }
   absl::Status DoArgmax(const float* x, int64_t rows, int64_t cols,
@@ -330,14 +326,185 @@ class CudaBackend final : public Backend {
     return LaunchStatus("CastToFloat");
   }
 
+  // ---- Layer ops: cuBLAS for the batched GEMM, cuda_layer_kernels.cuh for
+  // the rest.
+  absl::Status DoBatchedGemm(Transpose trans_a, Transpose trans_b, int count,
+                             int m, int n, int k, float alpha, const float* a,
+                             const float* b, float beta, float* c) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    const int lda = std::max(trans_a == Transpose::kYes ? m : k, 1);
+    const int ldb = std::max(trans_b == Transpose::kYes ? k : n, 1);
+    const ColumnMajorGemm g =
+        ToColumnMajor(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, n);
+    const auto op = [](Transpose t) {
+      return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
+    };
+    const cublasComputeType_t compute = context_->allow_tf32()
+                                            ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                            : CUBLAS_COMPUTE_32F;
+    // The swap of ToColumnMajor applies to the strides too: g.a is b.
+    return CublasStatus(
+        cublasGemmStridedBatchedEx(
+            context_->cublas(), op(g.trans_a), op(g.trans_b), g.m, g.n, g.k,
+            &alpha, g.a, CUDA_R_32F, g.lda, int64_t{k} * n, g.b, CUDA_R_32F,
+            g.ldb, int64_t{m} * k, &beta, g.c, CUDA_R_32F, g.ldc,
+            int64_t{m} * n, count, compute, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx");
+  }
+  absl::Status DoCopyMatrix(const float* src, int64_t ld_src, int64_t rows,
+                            int64_t cols, float* dst, int64_t ld_dst) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchCopyMatrix(context_->stream(), src, ld_src, rows, cols, dst,
+                           ld_dst);
+    return LaunchStatus("CopyMatrix");
+  }
+  absl::Status DoIm2Col(const ConvGeometry& g, const float* images,
+                        float* patches) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchIm2Col(context_->stream(), g, images, patches);
+    return LaunchStatus("Im2Col");
+  }
+  absl::Status DoCol2Im(const ConvGeometry& g, const float* patches,
+                        float* images) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchCol2Im(context_->stream(), g, patches, images);
+    return LaunchStatus("Col2Im");
+  }
+  absl::Status DoMaxPool2DForward(const PoolGeometry& g, const float* x,
+                                  float* y, int32_t* argmax) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchMaxPoolForward(context_->stream(), g, x, y, argmax);
+    return LaunchStatus("MaxPool2DForward");
+  }
+  absl::Status DoMaxPool2DBackward(const PoolGeometry& g, const int32_t* argmax,
+                                   const float* dy, float* dx) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchMaxPoolBackward(context_->stream(), g, argmax, dy, dx);
+    return LaunchStatus("MaxPool2DBackward");
+  }
+  absl::Status DoAvgPool2DForward(const PoolGeometry& g, const float* x,
+                                  float* y) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchAvgPoolForward(context_->stream(), g, x, y);
+    return LaunchStatus("AvgPool2DForward");
+  }
+  absl::Status DoAvgPool2DBackward(const PoolGeometry& g, const float* dy,
+                                   float* dx) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchAvgPoolBackward(context_->stream(), g, dy, dx);
+    return LaunchStatus("AvgPool2DBackward");
+  }
+  absl::Status DoEmbeddingBagForward(EmbeddingBagMode mode, const float* rows,
+                                     int64_t num_rows, int64_t dim,
+                                     const int32_t* indices, int64_t nnz,
+                                     const int32_t* offsets, int64_t num_bags,
+                                     const float* weights, float* out,
+                                     int64_t ld_out) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchEmbeddingBagForward(context_->stream(), mode, rows, num_rows,
+                                    dim, indices, nnz, offsets, num_bags,
+                                    weights, out, ld_out);
+    return LaunchStatus("EmbeddingBagForward");
+  }
+  absl::Status DoEmbeddingBagBackward(EmbeddingBagMode mode,
+                                      const int32_t* indices, int64_t nnz,
+                                      const int32_t* offsets, int64_t num_bags,
+                                      const float* weights, const float* dout,
+                                      int64_t ld_dout, int64_t num_rows,
+                                      int64_t dim, float* drows) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchEmbeddingBagBackward(context_->stream(), mode, indices, nnz,
+                                     offsets, num_bags, weights, dout, ld_dout,
+                                     num_rows, dim, drows);
+    return LaunchStatus("EmbeddingBagBackward");
+  }
+  absl::Status DoSigmoidBinaryCrossEntropy(const float* logits,
+                                           const float* labels, int64_t n,
+                                           float* loss,
+                                           float* dlogits) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    absl::StatusOr<float*> element_loss = LossScratch(n);
+    if (!element_loss.ok()) return element_loss.status();
+    cuda::LaunchSigmoidBinaryCrossEntropy(context_->stream(), logits, labels, n,
+                                          *element_loss, loss, dlogits);
+    return LaunchStatus("SigmoidBinaryCrossEntropy");
+  }
+  absl::Status DoMeanSquaredError(const float* predictions,
+                                  const float* targets, int64_t n, float* loss,
+                                  float* dpredictions) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    absl::StatusOr<float*> element_loss = LossScratch(n);
+    if (!element_loss.ok()) return element_loss.status();
+    cuda::LaunchMeanSquaredError(context_->stream(), predictions, targets, n,
+                                 *element_loss, loss, dpredictions);
+    return LaunchStatus("MeanSquaredError");
+  }
+  absl::Status DoGatherLowerTriangle(const float* gram, int64_t count,
+                                     int64_t fields, float* out,
+                                     int64_t ld_out) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchGatherLowerTriangle(context_->stream(), gram, count, fields,
+                                    out, ld_out);
+    return LaunchStatus("GatherLowerTriangle");
+  }
+  absl::Status DoScatterLowerTriangle(const float* dout, int64_t ld_dout,
+                                      int64_t count, int64_t fields,
+                                      float* dgram) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchScatterLowerTriangle(context_->stream(), dout, ld_dout, count,
+                                     fields, dgram);
+    return LaunchStatus("ScatterLowerTriangle");
+  }
+  absl::Status DoFmInteraction(const float* v, int64_t batch, int64_t fields,
+                               int64_t dim, float* out) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchFmInteraction(context_->stream(), v, batch, fields, dim, out);
+    return LaunchStatus("FmInteraction");
+  }
+  absl::Status DoFmInteractionBackward(const float* v, int64_t batch,
+                                       int64_t fields, int64_t dim,
+                                       const float* dout, float* dv) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchFmInteractionBackward(context_->stream(), v, batch, fields, dim,
+                                      dout, dv);
+    return LaunchStatus("FmInteractionBackward");
+  }
+  absl::Status DoRowwiseDot(const float* a, const float* b, int64_t rows,
+                            int64_t dim, float* out) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchRowwiseDot(context_->stream(), a, b, rows, dim, out);
+    return LaunchStatus("RowwiseDot");
+  }
+  absl::Status DoRowwiseDotBackward(const float* a, const float* b,
+                                    int64_t rows, int64_t dim,
+                                    const float* dout, float* da,
+                                    float* db) override {
+    PS_KERNELS_RETURN_IF_ERROR(context_->Activate());
+    cuda::LaunchRowwiseDotBackward(context_->stream(), a, b, rows, dim, dout,
+                                   da, db);
+    return LaunchStatus("RowwiseDotBackward");
+  }
+
  private:
   static absl::Status LaunchStatus(const char* op) {
     return CudaStatus(cudaGetLastError(), op);
   }
 
+  // n floats of scratch for per-element losses, grown on demand. Ops on the
+  // one stream run in order, so one buffer serves every loss op.
+  absl::StatusOr<float*> LossScratch(int64_t n) {
+    const int64_t needed = n * static_cast<int64_t>(sizeof(float));
+    if (loss_scratch_.bytes() < needed) {
+      absl::StatusOr<DeviceBuffer> scratch = DoAllocate(needed);
+      if (!scratch.ok()) return scratch.status();
+      loss_scratch_ = *std::move(scratch);
+    }
+    return static_cast<float*>(loss_scratch_.data());
+  }
+
   std::unique_ptr<CudaContext> context_;
   std::shared_ptr<CachingAllocator> allocator_;
-  DeviceBuffer row_loss_;  // SoftmaxCrossEntropy's per-row losses
+  DeviceBuffer loss_scratch_;  // per-row / per-element losses
 };
 
 }  // namespace

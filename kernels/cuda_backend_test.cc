@@ -1,5 +1,6 @@
-// The op suite on a real GPU (tag requires-gpu). Where no GPU works, every
-// case skips with the reason CreateCudaBackend gave.
+// The op suite, and the layer ops against the CPU backend, on a real GPU
+// (tag requires-gpu). Where no GPU works, every case skips with the reason
+// CreateCudaBackend gave.
 
 #include "kernels/cuda_backend.h"
 
@@ -18,6 +19,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCuda() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendOpsTest,
+                         testing::Values(BackendFactory{
+                             "cuda", &MakeCuda, /*skip_if_unavailable=*/true}),
+                         BackendFactoryName);
+INSTANTIATE_TEST_SUITE_P(Cuda, LayerOpsAgreeWithCpuTest,
                          testing::Values(BackendFactory{
                              "cuda", &MakeCuda, /*skip_if_unavailable=*/true}),
                          BackendFactoryName);

@@ -4,6 +4,7 @@
 #include "kernels/cuda_emulation.h"
 // clang-format off
 #include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_layer_kernels.cuh"
 // clang-format on
 
 #include <cstring>
@@ -107,6 +108,128 @@ class CudaEmulatedBackend final : public HostMemoryBackend {
                              float* y) override {
     cuda::LaunchCastToFloat(nullptr, from, x, n, y);
     return LaunchStatus("CastToFloat");
+  }
+
+  // ---- Layer ops.
+  absl::Status DoBatchedGemm(Transpose trans_a, Transpose trans_b, int count,
+                             int m, int n, int k, float alpha, const float* a,
+                             const float* b, float beta, float* c) override {
+    HostBatchedGemm(trans_a, trans_b, count, m, n, k, alpha, a, b, beta, c);
+    return absl::OkStatus();
+  }
+  absl::Status DoCopyMatrix(const float* src, int64_t ld_src, int64_t rows,
+                            int64_t cols, float* dst, int64_t ld_dst) override {
+    cuda::LaunchCopyMatrix(nullptr, src, ld_src, rows, cols, dst, ld_dst);
+    return LaunchStatus("CopyMatrix");
+  }
+  absl::Status DoIm2Col(const ConvGeometry& g, const float* images,
+                        float* patches) override {
+    cuda::LaunchIm2Col(nullptr, g, images, patches);
+    return LaunchStatus("Im2Col");
+  }
+  absl::Status DoCol2Im(const ConvGeometry& g, const float* patches,
+                        float* images) override {
+    cuda::LaunchCol2Im(nullptr, g, patches, images);
+    return LaunchStatus("Col2Im");
+  }
+  absl::Status DoMaxPool2DForward(const PoolGeometry& g, const float* x,
+                                  float* y, int32_t* argmax) override {
+    cuda::LaunchMaxPoolForward(nullptr, g, x, y, argmax);
+    return LaunchStatus("MaxPool2DForward");
+  }
+  absl::Status DoMaxPool2DBackward(const PoolGeometry& g, const int32_t* argmax,
+                                   const float* dy, float* dx) override {
+    cuda::LaunchMaxPoolBackward(nullptr, g, argmax, dy, dx);
+    return LaunchStatus("MaxPool2DBackward");
+  }
+  absl::Status DoAvgPool2DForward(const PoolGeometry& g, const float* x,
+                                  float* y) override {
+    cuda::LaunchAvgPoolForward(nullptr, g, x, y);
+    return LaunchStatus("AvgPool2DForward");
+  }
+  absl::Status DoAvgPool2DBackward(const PoolGeometry& g, const float* dy,
+                                   float* dx) override {
+    cuda::LaunchAvgPoolBackward(nullptr, g, dy, dx);
+    return LaunchStatus("AvgPool2DBackward");
+  }
+  absl::Status DoEmbeddingBagForward(EmbeddingBagMode mode, const float* rows,
+                                     int64_t num_rows, int64_t dim,
+                                     const int32_t* indices, int64_t nnz,
+                                     const int32_t* offsets, int64_t num_bags,
+                                     const float* weights, float* out,
+                                     int64_t ld_out) override {
+    cuda::LaunchEmbeddingBagForward(nullptr, mode, rows, num_rows, dim, indices,
+                                    nnz, offsets, num_bags, weights, out,
+                                    ld_out);
+    return LaunchStatus("EmbeddingBagForward");
+  }
+  absl::Status DoEmbeddingBagBackward(EmbeddingBagMode mode,
+                                      const int32_t* indices, int64_t nnz,
+                                      const int32_t* offsets, int64_t num_bags,
+                                      const float* weights, const float* dout,
+                                      int64_t ld_dout, int64_t num_rows,
+                                      int64_t dim, float* drows) override {
+    cuda::LaunchEmbeddingBagBackward(nullptr, mode, indices, nnz, offsets,
+                                     num_bags, weights, dout, ld_dout, num_rows,
+                                     dim, drows);
+    return LaunchStatus("EmbeddingBagBackward");
+  }
+  absl::Status DoSigmoidBinaryCrossEntropy(const float* logits,
+                                           const float* labels, int64_t n,
+                                           float* loss,
+                                           float* dlogits) override {
+    absl::StatusOr<DeviceBuffer> scratch = AllocateArray<float>(n);
+    if (!scratch.ok()) return scratch.status();
+    cuda::LaunchSigmoidBinaryCrossEntropy(nullptr, logits, labels, n,
+                                          static_cast<float*>(scratch->data()),
+                                          loss, dlogits);
+    return LaunchStatus("SigmoidBinaryCrossEntropy");
+  }
+  absl::Status DoMeanSquaredError(const float* predictions,
+                                  const float* targets, int64_t n, float* loss,
+                                  float* dpredictions) override {
+    absl::StatusOr<DeviceBuffer> scratch = AllocateArray<float>(n);
+    if (!scratch.ok()) return scratch.status();
+    cuda::LaunchMeanSquaredError(nullptr, predictions, targets, n,
+                                 static_cast<float*>(scratch->data()), loss,
+                                 dpredictions);
+    return LaunchStatus("MeanSquaredError");
+  }
+  absl::Status DoGatherLowerTriangle(const float* gram, int64_t count,
+                                     int64_t fields, float* out,
+                                     int64_t ld_out) override {
+    cuda::LaunchGatherLowerTriangle(nullptr, gram, count, fields, out, ld_out);
+    return LaunchStatus("GatherLowerTriangle");
+  }
+  absl::Status DoScatterLowerTriangle(const float* dout, int64_t ld_dout,
+                                      int64_t count, int64_t fields,
+                                      float* dgram) override {
+    cuda::LaunchScatterLowerTriangle(nullptr, dout, ld_dout, count, fields,
+                                     dgram);
+    return LaunchStatus("ScatterLowerTriangle");
+  }
+  absl::Status DoFmInteraction(const float* v, int64_t batch, int64_t fields,
+                               int64_t dim, float* out) override {
+    cuda::LaunchFmInteraction(nullptr, v, batch, fields, dim, out);
+    return LaunchStatus("FmInteraction");
+  }
+  absl::Status DoFmInteractionBackward(const float* v, int64_t batch,
+                                       int64_t fields, int64_t dim,
+                                       const float* dout, float* dv) override {
+    cuda::LaunchFmInteractionBackward(nullptr, v, batch, fields, dim, dout, dv);
+    return LaunchStatus("FmInteractionBackward");
+  }
+  absl::Status DoRowwiseDot(const float* a, const float* b, int64_t rows,
+                            int64_t dim, float* out) override {
+    cuda::LaunchRowwiseDot(nullptr, a, b, rows, dim, out);
+    return LaunchStatus("RowwiseDot");
+  }
+  absl::Status DoRowwiseDotBackward(const float* a, const float* b,
+                                    int64_t rows, int64_t dim,
+                                    const float* dout, float* da,
+                                    float* db) override {
+    cuda::LaunchRowwiseDotBackward(nullptr, a, b, rows, dim, dout, da, db);
+    return LaunchStatus("RowwiseDotBackward");
   }
 
  private:

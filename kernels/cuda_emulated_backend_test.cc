@@ -4,16 +4,26 @@
 
 #include "kernels/cuda_emulated_backend.h"
 
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/backend_test_suite.h"
+#include "kernels/backend_test_util.h"
 #include "kernels/cpu_backend.h"
 
 namespace ps::kernels {
 namespace {
 
 INSTANTIATE_TEST_SUITE_P(CudaEmulated, BackendOpsTest,
+                         testing::Values(BackendFactory{
+                             "cuda_emulated", &CreateCudaEmulatedBackend}),
+                         BackendFactoryName);
+INSTANTIATE_TEST_SUITE_P(CudaEmulated, LayerOpsAgreeWithCpuTest,
                          testing::Values(BackendFactory{
                              "cuda_emulated", &CreateCudaEmulatedBackend}),
                          BackendFactoryName);
@@ -37,6 +47,39 @@ TEST(CudaEmulatedBackend, InitializersMatchTheCpuBackendBitForBit) {
         Initializer::kXavierUniform, Initializer::kXavierNormal}) {
     EXPECT_EQ(InitOn(**cpu, kind, 5000), InitOn(**emu, kind, 5000));
   }
+}
+
+// The CUDA kernels cannot see the bags' ids from the host: an id outside the
+// rows makes its bag NaN in the forward pass and is skipped in the backward
+// pass; offsets outside [0, nnz] are clamped. Nothing is read or written out
+// of bounds (the sanitizer builds run this).
+TEST(CudaEmulatedBackend, OutOfRangeBagIdsGiveNanAndAreSkipped) {
+  absl::StatusOr<std::unique_ptr<Backend>> emu = CreateCudaEmulatedBackend();
+  ASSERT_TRUE(emu.ok());
+  Backend& b = **emu;
+  const std::vector<float> rows = {1, 2, 3, 4, 5, 6};  // 3 rows of 2
+  const std::vector<int32_t> indices = {0, 7, 2, -1, 1};
+  const std::vector<int32_t> offsets = {0, 2, 3, 9};  // last bag: [3, 5)
+  DeviceBuffer drows = ToDevice(b, rows), dindices = ToDevice(b, indices),
+               doffsets = ToDevice(b, offsets);
+  DeviceBuffer out = Zeros<float>(b, 6);
+  ASSERT_OK(b.EmbeddingBagForward(
+      EmbeddingBagMode::kSum, drows.Matrix<float>(3, 2),
+      dindices.Span<int32_t>(5), doffsets.Span<int32_t>(4), std::nullopt,
+      out.Matrix<float>(3, 2)));
+  const std::vector<float> got = ToHost<float>(b, out, 6);
+  EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[1]));  // has id 7
+  EXPECT_EQ(got[2], 5.0f);                                // row 2
+  EXPECT_EQ(got[3], 6.0f);
+  EXPECT_TRUE(std::isnan(got[4]) && std::isnan(got[5]));  // has id -1
+  DeviceBuffer dout = ToDevice(b, std::vector<float>(6, 1.0f));
+  DeviceBuffer grad = Zeros<float>(b, 6);
+  ASSERT_OK(b.EmbeddingBagBackward(
+      EmbeddingBagMode::kSum, dindices.Span<int32_t>(5),
+      doffsets.Span<int32_t>(4), std::nullopt, dout.Matrix<float>(3, 2),
+      grad.Matrix<float>(3, 2)));
+  EXPECT_EQ(ToHost<float>(b, grad, 6),
+            (std::vector<float>{1, 1, 1, 1, 1, 1}));  // rows 0, 2, 1 once each
 }
 
 }  // namespace

@@ -78,6 +78,14 @@ void Launch(dim3 grid, dim3 block, void (*kernel)(KernelArgs...),
 
 inline void __syncthreads() { ps::kernels::cuda_emulation::SyncThreads(); }
 
+// Fibers switch only at __syncthreads and blocks run one at a time, so a
+// plain read-modify-write is atomic here.
+inline float atomicAdd(float* address, float value) {
+  const float old = *address;
+  *address = old + value;
+  return old;
+}
+
 #define PS_LAUNCH(kernel, grid, block, stream, ...)                       \
   ((void)(stream), ::ps::kernels::cuda_emulation::Launch((grid), (block), \
                                                          kernel, __VA_ARGS__))

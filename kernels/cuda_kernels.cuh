@@ -261,24 +261,39 @@ inline int RowReductionThreads(int64_t cols) {
 
 inline void LaunchActivationForward(cudaStream_t stream, Activation act,
                                     const float* x, int64_t n, float* y) {
-  if (act == Activation::kRelu) {
-    PS_LAUNCH(ActivationForwardKernel<Activation::kRelu>, ElementwiseGrid(n),
-              dim3(kElementwiseThreads), stream, x, n, y);
-  } else {
-    PS_LAUNCH(ActivationForwardKernel<Activation::kTanh>, ElementwiseGrid(n),
-              dim3(kElementwiseThreads), stream, x, n, y);
+  switch (act) {
+    case Activation::kRelu:
+      PS_LAUNCH(ActivationForwardKernel<Activation::kRelu>, ElementwiseGrid(n),
+                dim3(kElementwiseThreads), stream, x, n, y);
+      break;
+    case Activation::kTanh:
+      PS_LAUNCH(ActivationForwardKernel<Activation::kTanh>, ElementwiseGrid(n),
+                dim3(kElementwiseThreads), stream, x, n, y);
+      break;
+    case Activation::kSigmoid:
+      PS_LAUNCH(ActivationForwardKernel<Activation::kSigmoid>,
+                ElementwiseGrid(n), dim3(kElementwiseThreads), stream, x, n, y);
+      break;
   }
 }
 
 inline void LaunchActivationBackward(cudaStream_t stream, Activation act,
                                      const float* y, const float* dy, int64_t n,
                                      float* dx) {
-  if (act == Activation::kRelu) {
-    PS_LAUNCH(ActivationBackwardKernel<Activation::kRelu>, ElementwiseGrid(n),
-              dim3(kElementwiseThreads), stream, y, dy, n, dx);
-  } else {
-    PS_LAUNCH(ActivationBackwardKernel<Activation::kTanh>, ElementwiseGrid(n),
-              dim3(kElementwiseThreads), stream, y, dy, n, dx);
+  switch (act) {
+    case Activation::kRelu:
+      PS_LAUNCH(ActivationBackwardKernel<Activation::kRelu>, ElementwiseGrid(n),
+                dim3(kElementwiseThreads), stream, y, dy, n, dx);
+      break;
+    case Activation::kTanh:
+      PS_LAUNCH(ActivationBackwardKernel<Activation::kTanh>, ElementwiseGrid(n),
+                dim3(kElementwiseThreads), stream, y, dy, n, dx);
+      break;
+    case Activation::kSigmoid:
+      PS_LAUNCH(ActivationBackwardKernel<Activation::kSigmoid>,
+                ElementwiseGrid(n), dim3(kElementwiseThreads), stream, y, dy, n,
+                dx);
+      break;
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace ps::kernels {
@@ -23,6 +24,20 @@ void HostGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
               trans_a == Transpose::kYes ? CblasTrans : CblasNoTrans,
               trans_b == Transpose::kYes ? CblasTrans : CblasNoTrans, m, n, k,
               alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void HostBatchedGemm(Transpose trans_a, Transpose trans_b, int count, int m,
+                     int n, int k, float alpha, const float* a, const float* b,
+                     float beta, float* c) {
+  const int lda = trans_a == Transpose::kYes ? m : k;
+  const int ldb = trans_b == Transpose::kYes ? k : n;
+  const int64_t a_size = int64_t{m} * k;
+  const int64_t b_size = int64_t{k} * n;
+  const int64_t c_size = int64_t{m} * n;
+  for (int64_t i = 0; i < count; ++i) {
+    HostGemm(trans_a, trans_b, m, n, k, alpha, a + i * a_size, std::max(lda, 1),
+             b + i * b_size, std::max(ldb, 1), beta, c + i * c_size, n);
+  }
 }
 
 }  // namespace ps::kernels

@@ -18,6 +18,14 @@ void HostGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
               float alpha, const float* a, int lda, const float* b, int ldb,
               float beta, float* c, int ldc);
 
+// `count` GEMMs of dense row-major matrices stored back to back (a[i] at
+// a + i * m * k, b[i] at b + i * k * n, c[i] at c + i * m * n), each with
+// HostGemm's contract: a loop of cblas_sgemm (no batched sgemm in OpenBLAS
+// 0.3.21).
+void HostBatchedGemm(Transpose trans_a, Transpose trans_b, int count, int m,
+                     int n, int k, float alpha, const float* a, const float* b,
+                     float beta, float* c);
+
 }  // namespace ps::kernels
 
 #endif  // PS_KERNELS_HOST_GEMM_H_

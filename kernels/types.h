@@ -14,7 +14,16 @@ enum class DType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
 enum class Transpose : int32_t { kNo = 0, kYes = 1 };
 
-enum class Activation : int32_t { kRelu = 0, kTanh = 1 };
+enum class Activation : int32_t { kRelu = 0, kTanh = 1, kSigmoid = 2 };
+
+// [begin, end) of indices; empty when begin >= end.
+struct IndexRange {
+  int64_t begin;
+  int64_t end;
+};
+
+// How an embedding bag combines its rows (kernels/embedding_math.h).
+enum class EmbeddingBagMode : int32_t { kSum = 0, kMean = 1 };
 
 // Seeded initializers. fan_in / fan_out are the weight's [in, out].
 //   He:     std = sqrt(2 / fan_in),            uniform limit sqrt(6 / fan_in)
