@@ -302,6 +302,16 @@ absl::Status CheckBagIndices(const char* op, const int32_t* indices,
   return absl::OkStatus();
 }
 
+// dst = w * src, and dst += w * src, over one row; no aliasing.
+inline void ScaledRow(float w, const float* __restrict src, int64_t dim,
+                      float* __restrict dst) {
+  for (int64_t d = 0; d < dim; ++d) dst[d] = w * src[d];
+}
+inline void AddScaledRow(float w, const float* __restrict src, int64_t dim,
+                         float* __restrict dst) {
+  for (int64_t d = 0; d < dim; ++d) dst[d] += w * src[d];
+}
+
 void EmbeddingBagForward(EmbeddingBagMode mode, const float* rows, int64_t dim,
                          const int32_t* indices, const int32_t* offsets,
                          int64_t num_bags, const float* weights, float* out,
@@ -310,14 +320,21 @@ void EmbeddingBagForward(EmbeddingBagMode mode, const float* rows, int64_t dim,
   for (int64_t b = 0; b < num_bags; ++b) {
     const IndexRange bag = BagPositions(offsets, b, nnz);
     float* dst = out + b * ld_out;
-    std::fill(dst, dst + dim, 0.0f);
-    for (int64_t p = bag.begin; p < bag.end; ++p) {
-      const float w = BagWeight(weights, p);
-      const float* src = rows + int64_t{indices[p]} * dim;
-      for (int64_t d = 0; d < dim; ++d) dst[d] += w * src[d];
+    if (bag.begin == bag.end) {
+      std::fill(dst, dst + dim, 0.0f);
+      continue;
+    }
+    // The first row is written, not added to zeros: the same value.
+    ScaledRow(BagWeight(weights, bag.begin),
+              rows + int64_t{indices[bag.begin]} * dim, dim, dst);
+    for (int64_t p = bag.begin + 1; p < bag.end; ++p) {
+      AddScaledRow(BagWeight(weights, p), rows + int64_t{indices[p]} * dim, dim,
+                   dst);
     }
     const float scale = BagScale(mode, bag.end - bag.begin);
-    for (int64_t d = 0; d < dim; ++d) dst[d] *= scale;
+    if (scale != 1.0f) {
+      for (int64_t d = 0; d < dim; ++d) dst[d] *= scale;
+    }
   }
 }
 
@@ -333,9 +350,8 @@ void EmbeddingBagBackward(EmbeddingBagMode mode, const int32_t* indices,
     const float scale = BagScale(mode, bag.end - bag.begin);
     const float* src = dout + b * ld_dout;
     for (int64_t p = bag.begin; p < bag.end; ++p) {
-      const float g = scale * BagWeight(weights, p);
-      float* dst = drows + int64_t{indices[p]} * dim;
-      for (int64_t d = 0; d < dim; ++d) dst[d] += g * src[d];
+      AddScaledRow(scale * BagWeight(weights, p), src, dim,
+                   drows + int64_t{indices[p]} * dim);
     }
   }
 }
