@@ -60,10 +60,16 @@ absl::Status CheckConvGeometry(const char* op, const ConvGeometry& g) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": the kernel is larger than the padded input: ", describe()));
   }
-  const int64_t patches = CheckedProduct({g.out_pixels(), g.patch_size()});
-  if (g.patch_size() > kInt32Max || g.out_pixels() > kInt32Max || patches < 0 ||
-      CheckedProduct({g.batch, g.image_size()}) < 0 ||
-      CheckedProduct({g.batch, g.out_pixels(), g.out_c}) < 0) {
+  // Each field fits int32, so out_h() and out_w() cannot overflow; their
+  // products with each other and the rest can, so they are checked before
+  // any size below is computed.
+  const int64_t image = CheckedProduct({g.in_h, g.in_w, g.in_c});
+  const int64_t patch = CheckedProduct({g.kernel_h, g.kernel_w, g.in_c});
+  const int64_t pixels = CheckedProduct({g.out_h(), g.out_w()});
+  if (image < 0 || patch < 0 || pixels < 0 || patch > kInt32Max ||
+      pixels > kInt32Max || CheckedProduct({pixels, patch}) < 0 ||
+      CheckedProduct({g.batch, image}) < 0 ||
+      CheckedProduct({g.batch, pixels, g.out_c}) < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": sizes exceed the int32 range of BLAS: ", describe()));
   }
@@ -114,9 +120,11 @@ absl::Status CheckPoolGeometry(const char* op, const PoolGeometry& g) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": the window is larger than the padded input: ", describe()));
   }
-  // Max pooling records indices inside an image as int32.
-  if (g.image_size() > kInt32Max ||
-      CheckedProduct({g.batch, g.image_size()}) < 0) {
+  // Max pooling records indices inside an image as int32. Products are
+  // checked before any size is computed from them.
+  const int64_t image = CheckedProduct({g.in_h, g.in_w, g.channels});
+  if (image < 0 || image > kInt32Max || CheckedProduct({g.batch, image}) < 0 ||
+      CheckedProduct({g.batch, g.out_h(), g.out_w(), g.channels}) < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": an image exceeds the int32 range: ", describe()));
   }

@@ -19,6 +19,8 @@
 namespace ps::kernels {
 namespace {
 
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
 TEST_P(BackendOpsTest, BatchedGemmMatchesReference) {
   Backend& b = *backend_;
   struct Shape {
@@ -504,7 +506,10 @@ TEST_P(BackendOpsTest, LayerOpsRejectBadArgumentsBeforeTouchingMemory) {
   no_stride.stride_w = 0;
   ConvGeometry huge = g;
   huge.in_h = int64_t{1} << 40;
-  for (const ConvGeometry& bad : {too_big, no_stride, huge}) {
+  ConvGeometry overflowing = g;  // every field fits int32, their product not
+  overflowing.in_h = overflowing.in_w = overflowing.in_c = kInt32Max;
+  overflowing.kernel_h = overflowing.kernel_w = kInt32Max;
+  for (const ConvGeometry& bad : {too_big, no_stride, huge, overflowing}) {
     EXPECT_PRED1(invalid, b.Conv2DForward(bad, x, filter, y, ws));
     EXPECT_PRED1(invalid, b.Im2Col(bad, x, buf.Matrix<float>(8, 9)));
   }
@@ -529,6 +534,11 @@ TEST_P(BackendOpsTest, LayerOpsRejectBadArgumentsBeforeTouchingMemory) {
   wide_pad.pad_h = 2;
   EXPECT_PRED1(invalid, b.MaxPool2DForward(wide_pad, x, buf.Span<float>(18),
                                            ints.Span<int32_t>(18)));
+  PoolGeometry overflowing_pool = pg;
+  overflowing_pool.in_h = overflowing_pool.in_w = kInt32Max;
+  overflowing_pool.channels = kInt32Max;
+  EXPECT_PRED1(invalid,
+               b.AvgPool2DForward(overflowing_pool, x, buf.Span<float>(8)));
   EXPECT_PRED1(invalid, b.MaxPool2DForward(pg, x, buf.Span<float>(7),
                                            ints.Span<int32_t>(8)));
   EXPECT_PRED1(invalid, b.MaxPool2DForward(pg, x, buf.Span<float>(8),
