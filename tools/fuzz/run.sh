@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets with clang (Bazel's toolchain is gcc) and runs
 # each for a bounded time from its committed seed corpus.
 #   tools/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]
-# Targets: idx_reader config payload_codec (default: all). Needs the packages
+# Targets: idx_reader config payload_codec criteo_reader libsvm_reader
+# movielens_reader (default: all). Needs the packages
 # clang and libclang-rt-14-dev (tools/setup.sh) and the system protobuf, gRPC,
 # Abseil and zlib. Exit status: 0 if no target crashed, 1 if one did (the
 # crashing input is kept under $FUZZ_OUT, default a temporary directory, and
@@ -13,7 +14,9 @@ ROOT=$PWD
 secs=${1:-20}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(idx_reader config payload_codec)
+((${#targets[@]})) ||
+  targets=(idx_reader config payload_codec criteo_reader libsvm_reader
+           movielens_reader)
 
 CXX=${CXX_FUZZ:-clang++}
 command -v "$CXX" >/dev/null ||
@@ -43,12 +46,19 @@ libs=$(pkg-config --libs grpc++ protobuf absl_status absl_statusor absl_strings 
   absl_str_format absl_synchronization 2>/dev/null) ||
   { echo "fuzz: pkg-config cannot find grpc++/protobuf/absl"; exit 2; }
 
+# The streaming text readers (worker/data/), shared by the three formats.
+text_reader="worker/data/batch.cc worker/data/batch_reader.cc worker/data/bad_lines.cc worker/data/line_reader.cc worker/data/text_reader.cc"
 declare -A srcs=(
   [idx_reader]="worker/idx_reader.cc"
+  [criteo_reader]="$text_reader worker/data/criteo_format.cc"
+  [libsvm_reader]="$text_reader worker/data/libsvm_format.cc"
+  [movielens_reader]="$text_reader worker/data/movielens_format.cc"
   [config]="common/config.cc common/model.cc $gen/proto/config.pb.cc"
   [payload_codec]="common/payload_codec.cc common/status.cc $gen/proto/config.pb.cc $gen/proto/parameter_service.pb.cc"
 )
-declare -A extra=([idx_reader]="-lz" [config]="" [payload_codec]="")
+declare -A extra=([idx_reader]="-lz" [config]="" [payload_codec]=""
+                  [criteo_reader]="-lz" [libsvm_reader]="-lz"
+                  [movielens_reader]="-lz")
 
 rc=0
 for t in "${targets[@]}"; do
