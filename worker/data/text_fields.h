@@ -4,6 +4,7 @@
 #ifndef PS_WORKER_DATA_TEXT_FIELDS_H_
 #define PS_WORKER_DATA_TEXT_FIELDS_H_
 
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -34,23 +35,30 @@ inline bool ParseUint64(absl::string_view s, uint64_t* out) {
   return ec == std::errc() && end == s.data() + s.size();
 }
 
-// 1 to 16 hex digits, either case, no "0x".
+// Each byte's value as a hex digit, 0xff where it is none.
+inline constexpr std::array<uint8_t, 256> kHexDigitValue = [] {
+  std::array<uint8_t, 256> table{};
+  table.fill(0xff);
+  for (int c = '0'; c <= '9'; ++c) table[c] = static_cast<uint8_t>(c - '0');
+  for (int c = 'a'; c <= 'f'; ++c)
+    table[c] = static_cast<uint8_t>(c - 'a' + 10);
+  for (int c = 'A'; c <= 'F'; ++c)
+    table[c] = static_cast<uint8_t>(c - 'A' + 10);
+  return table;
+}();
+
+// 1 to 16 hex digits, either case, no "0x". Branch-free over the digits (the
+// Criteo parser's hot loop: 26 ids per line).
 inline bool ParseHex64(absl::string_view s, uint64_t* out) {
   if (s.empty() || s.size() > 16) return false;
   uint64_t v = 0;
+  uint8_t invalid = 0;
   for (const char c : s) {
-    unsigned d;
-    if (c >= '0' && c <= '9') {
-      d = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      d = c - 'a' + 10;
-    } else if (c >= 'A' && c <= 'F') {
-      d = c - 'A' + 10;
-    } else {
-      return false;
-    }
-    v = (v << 4) | d;
+    const uint8_t d = kHexDigitValue[static_cast<unsigned char>(c)];
+    invalid |= d;
+    v = (v << 4) | (d & 0xf);
   }
+  if ((invalid & 0x80) != 0) return false;
   *out = v;
   return true;
 }
@@ -68,21 +76,24 @@ inline bool ParseFiniteDouble(absl::string_view s, double* out) {
 }
 
 // Splits `line` at every `sep` into at most `max_fields` views; returns the
-// number of fields, or max_fields + 1 if there are more.
+// number of fields, or max_fields + 1 if there are more. A plain byte loop:
+// fields are short (Criteo's are 0 to 8 bytes), where a memchr call per
+// field costs more than it saves.
 inline int SplitFields(absl::string_view line, char sep, absl::string_view* out,
                        int max_fields) {
+  const char* p = line.data();
+  const char* const end = p + line.size();
+  const char* start = p;
   int n = 0;
-  size_t start = 0;
-  for (;;) {
-    const size_t next = line.find(sep, start);
+  for (; p != end; ++p) {
+    if (*p != sep) continue;
     if (n == max_fields) return max_fields + 1;
-    if (next == absl::string_view::npos) {
-      out[n++] = line.substr(start);
-      return n;
-    }
-    out[n++] = line.substr(start, next - start);
-    start = next + 1;
+    out[n++] = absl::string_view(start, static_cast<size_t>(p - start));
+    start = p + 1;
   }
+  if (n == max_fields) return max_fields + 1;
+  out[n++] = absl::string_view(start, static_cast<size_t>(end - start));
+  return n;
 }
 
 // A token for an error message: quoted, escaped, and cut if long (it comes
