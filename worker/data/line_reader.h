@@ -51,9 +51,9 @@ struct Line {
 class LineReader {
  public:
   // Opens `path` and positions it at shard `shard`'s first line.
-  // INVALID_ARGUMENT for a bad (shard, num_shards) or options; NOT_FOUND or
-  // another errno status if the file cannot be opened; DATA_LOSS if a gzip
-  // header is corrupt.
+  // INVALID_ARGUMENT for a bad (shard, num_shards) or options, or a
+  // directory; NOT_FOUND or another errno status if the file cannot be
+  // opened. (A corrupt gzip stream shows in Next.)
   static absl::StatusOr<std::unique_ptr<LineReader>> Open(
       const std::string& path, int shard, int num_shards,
       const LineReaderOptions& options = {});

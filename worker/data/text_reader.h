@@ -16,8 +16,10 @@
 // then each step emits a uniformly chosen line of it and puts the next input
 // line in its place (TensorFlow's Dataset.shuffle). Its random numbers come
 // from (seed, epoch, shard) alone, so the stream is a pure function of the
-// data, the options and the ShardSpec; a line travels at most about
-// `shuffle_buffer` places from file order, and memory holds that many lines.
+// data, the options and the ShardSpec. A line comes out at most
+// `shuffle_buffer` places before its place in file order (it may stay in the
+// buffer longer), and memory holds that many lines (a generated Criteo line
+// takes about 580 bytes there: 10^5 lines added 58 MB of peak RSS).
 // Bad lines are dropped from the stream after shuffling; the good ones are
 // numbered 0, 1, ... and ShardSpec::start_example = n resumes at the n-th by
 // re-reading and parsing the n before it (time proportional to n; nothing
