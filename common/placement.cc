@@ -66,4 +66,29 @@ absl::StatusOr<Placement> ComputePlacement(
   return p;
 }
 
+std::vector<int64_t> ChunkBoundaries(const Placement& placement,
+                                     int tensor_index) {
+  std::vector<int64_t> out;
+  for (const Chunk& c : placement.chunks) {
+    if (c.tensor_index == tensor_index && c.offset > 0) {
+      out.push_back(c.offset);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int64_t> ChunksOverlapping(const Placement& placement,
+                                       int tensor_index, int64_t begin,
+                                       int64_t end) {
+  std::vector<int64_t> out;
+  for (const Chunk& c : placement.chunks) {
+    if (c.tensor_index == tensor_index && c.offset < end &&
+        c.offset + c.num_elements > begin) {
+      out.push_back(c.chunk_id);
+    }
+  }
+  return out;
+}
+
 }  // namespace ps

@@ -41,6 +41,19 @@ absl::StatusOr<Placement> ComputePlacement(
     const std::vector<TensorSpec>& tensors, int num_shards,
     int64_t chunk_bytes);
 
+// The element offsets inside tensor `tensor_index` where its chunks after
+// the first start (ascending; empty for a one-chunk tensor or an index the
+// placement does not have). A part of a tensor pushed on its own must start
+// and end at these offsets (or at the tensor's start and end).
+std::vector<int64_t> ChunkBoundaries(const Placement& placement,
+                                     int tensor_index);
+
+// The ids (ascending) of tensor `tensor_index`'s chunks that hold any of the
+// elements [begin, end); empty when begin >= end.
+std::vector<int64_t> ChunksOverlapping(const Placement& placement,
+                                       int tensor_index, int64_t begin,
+                                       int64_t end);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_PLACEMENT_H_

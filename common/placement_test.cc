@@ -130,5 +130,84 @@ TEST(Placement, RejectsBadArguments) {
   EXPECT_NE(p.status().message().find("neg"), std::string::npos);
 }
 
+// Two tensors of 1000 and 30 floats in chunks of 100 floats: the first has
+// ten chunks (ids 0..9), the second one (id 10).
+Placement TwoTensors(int shards) {
+  std::vector<TensorSpec> tensors(2);
+  tensors[0].set_name("w");
+  tensors[0].add_shape(1000);
+  tensors[1].set_name("b");
+  tensors[1].add_shape(30);
+  absl::StatusOr<Placement> p = ComputePlacement(tensors, shards, 400);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *p;
+}
+
+TEST(ChunkBoundaries, AreTheChunkStartsAfterTheFirst) {
+  for (int shards : {1, 2, 3}) {
+    SCOPED_TRACE(shards);
+    const Placement p = TwoTensors(shards);
+    EXPECT_EQ(
+        ChunkBoundaries(p, 0),
+        (std::vector<int64_t>{100, 200, 300, 400, 500, 600, 700, 800, 900}));
+    EXPECT_TRUE(ChunkBoundaries(p, 1).empty());  // one chunk
+    EXPECT_TRUE(ChunkBoundaries(p, 2).empty());  // no such tensor
+    EXPECT_TRUE(ChunkBoundaries(p, -1).empty());
+  }
+}
+
+TEST(ChunkBoundaries, CutEveryTensorOfARandomModelIntoItsChunks) {
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 50; ++trial) {
+    const auto tensors = RandomModel(rng);
+    const int64_t chunk = 4 * std::uniform_int_distribution<int>(1, 2000)(rng);
+    auto p = ComputePlacement(tensors, 3, chunk);
+    ASSERT_TRUE(p.ok()) << p.status();
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      std::vector<int64_t> starts = {0};
+      for (int64_t b : ChunkBoundaries(*p, static_cast<int>(t))) {
+        starts.push_back(b);
+      }
+      std::vector<int64_t> want;
+      for (const Chunk& c : p->chunks) {
+        if (c.tensor_index == static_cast<int>(t)) want.push_back(c.offset);
+      }
+      if (want.empty()) want = {0};  // an empty tensor has no chunk
+      EXPECT_EQ(starts, want) << "tensor " << t;
+    }
+  }
+}
+
+TEST(ChunksOverlapping, NamesTheChunksHoldingARange) {
+  struct Case {
+    int tensor;
+    int64_t begin, end;
+    std::vector<int64_t> want;
+  };
+  const std::vector<Case> cases = {
+      {0, 0, 500, {0, 1, 2, 3, 4}},
+      {0, 500, 1000, {5, 6, 7, 8, 9}},
+      {0, 450, 501, {4, 5}},
+      {0, 99, 100, {0}},
+      {0, 100, 101, {1}},
+      {0, 0, 1000, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+      {0, 0, 5000, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+      {0, 300, 300, {}},  // empty range
+      {0, 1000, 1100, {}},
+      {1, 0, 30, {10}},
+      {1, 29, 30, {10}},
+      {2, 0, 30, {}},  // no such tensor
+  };
+  for (int shards : {1, 2}) {
+    const Placement p = TwoTensors(shards);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(testing::Message()
+                   << shards << " shards, tensor " << c.tensor << " ["
+                   << c.begin << ", " << c.end << ")");
+      EXPECT_EQ(ChunksOverlapping(p, c.tensor, c.begin, c.end), c.want);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ps
