@@ -11,14 +11,15 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/parameter_service.grpc.pb.h"
-#include "server/parameter_client.h"
 #include "tests/ps_server_process.h"
+#include "worker/client/parameter_client.h"
 
 namespace ps {
 namespace {
 
-using server::ParameterClient;
-using server::ParameterClientOptions;
+using client::ParameterClient;
+using client::ParameterClientOptions;
+using client::Ticket;
 using testing::ServerProcess;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
@@ -105,7 +106,7 @@ struct Weights {
 Weights PullAll(const Servers& servers, int64_t* version = nullptr) {
   Weights out;
   auto client = Client(servers, PlacementFor(servers.size()));
-  server::Ticket t = client->PullAll(0, 0, out.spans());
+  Ticket t = client->PullAll(0, 0, out.spans());
   EXPECT_TRUE(t.Wait(kWait).ok()) << t.Wait(kWait);
   if (version != nullptr) *version = t.version();
   return out;
@@ -119,10 +120,10 @@ void Train(const Servers& servers, int first_step, int steps) {
     for (size_t i = 0; i < gw.size(); ++i)
       gw[i] = 0.001f * ((i + s) % 17) - 0.008f;
     for (size_t i = 0; i < gb.size(); ++i) gb[i] = 0.002f * ((i * s) % 5);
-    server::Ticket a = client->PushTensor(0, gw, s, s);
-    server::Ticket b = client->PushTensor(1, gb, s, s);
-    server::Ticket e = client->EndStep(s, s);
-    for (server::Ticket* t : {&a, &b, &e}) ASSERT_TRUE(t->Wait(kWait).ok());
+    Ticket a = client->PushTensor(0, gw, s, s);
+    Ticket b = client->PushTensor(1, gb, s, s);
+    Ticket e = client->EndStep(s, s);
+    for (Ticket* t : {&a, &b, &e}) ASSERT_TRUE(t->Wait(kWait).ok());
   }
 }
 

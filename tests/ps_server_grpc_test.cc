@@ -15,14 +15,15 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/parameter_service.grpc.pb.h"
-#include "server/parameter_client.h"
 #include "tests/ps_server_process.h"
+#include "worker/client/parameter_client.h"
 
 namespace ps {
 namespace {
 
-using server::ParameterClient;
-using server::ParameterClientOptions;
+using client::ParameterClient;
+using client::ParameterClientOptions;
+using client::Ticket;
 using testing::ServerProcess;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
@@ -144,14 +145,13 @@ TEST(PsServerGrpc, ConcurrentWorkersLoseNoUpdate) {
         for (int step = 0; step < c.steps; ++step) {
           const int64_t min_version =
               c.model == ConsistencySpec::BSP ? step : 0;
-          server::Ticket pull =
-              client->PullAll(step, min_version, weights.spans());
+          Ticket pull = client->PullAll(step, min_version, weights.spans());
           ASSERT_TRUE(pull.Wait(kWait).ok()) << pull.Wait(kWait);
           // Per-tensor pushes as backward produces them, then end of step.
-          server::Ticket pb = client->PushTensor(1, gb, step);
-          server::Ticket pa = client->PushTensor(0, ga, step);
-          server::Ticket end = client->EndStep(step);
-          for (server::Ticket* t : {&pb, &pa, &end}) {
+          Ticket pb = client->PushTensor(1, gb, step);
+          Ticket pa = client->PushTensor(0, ga, step);
+          Ticket end = client->EndStep(step);
+          for (Ticket* t : {&pb, &pa, &end}) {
             ASSERT_TRUE(t->Wait(kWait).ok()) << t->Wait(kWait);
           }
         }
@@ -165,7 +165,7 @@ TEST(PsServerGrpc, ConcurrentWorkersLoseNoUpdate) {
                               : c.steps * sum_w;
     auto reader = Client(servers, placement, 1);
     Model final_weights;
-    server::Ticket pull = reader->PullAll(0, 0, final_weights.spans());
+    Ticket pull = reader->PullAll(0, 0, final_weights.spans());
     ASSERT_TRUE(pull.Wait(kWait).ok());
     for (float x : final_weights.a) ASSERT_NEAR(x, 1.0 - 0.001 * factor, 1e-4);
     for (float x : final_weights.b) ASSERT_NEAR(x, 1.0 - 0.002 * factor, 1e-4);
@@ -400,8 +400,8 @@ TEST(PsServerGrpc, ExportsPrometheusMetricsAndShardStatus) {
   const Placement placement = PlacementFor(spec, 1);
   auto client = Client(servers, placement, 1);
   const std::vector<float> ga(1000, 0.5f), gb(300, 0.5f);
-  for (server::Ticket t : {client->PushTensor(0, ga, 0),
-                           client->PushTensor(1, gb, 0), client->EndStep(0)}) {
+  for (Ticket t : {client->PushTensor(0, ga, 0), client->PushTensor(1, gb, 0),
+                   client->EndStep(0)}) {
     ASSERT_TRUE(t.Wait(kWait).ok());
   }
   // Worker 2 has not finished step 0: the shard says it waits for it.

@@ -1,5 +1,5 @@
 // Load: 16 client threads push and pull concurrently through real gRPC
-// (server/parameter_client.h) to one real ps_server for a bounded time
+// (worker/client/parameter_client.h) to one real ps_server for a bounded time
 // (ASP, SGD with learning rate 1). Gradients are powers of two, so the sum
 // is exact in float: the final weights must equal the initial ones minus
 // every acknowledged push, i.e. no update is lost or applied twice. Every
@@ -18,11 +18,15 @@
 #include "common/placement.h"
 #include "common/rpc.h"
 #include "proto/parameter_service.grpc.pb.h"
-#include "server/parameter_client.h"
 #include "tests/ps_server_process.h"
+#include "worker/client/parameter_client.h"
 
 namespace ps {
 namespace {
+
+using client::ParameterClient;
+using client::ParameterClientOptions;
+using client::Ticket;
 
 constexpr int kThreads = 16;
 constexpr absl::Duration kLoadTime = absl::Seconds(30);
@@ -85,10 +89,10 @@ TEST(PsServerLoad, SixteenThreadsLoseNoUpdateAndMemoryStaysBounded) {
   std::vector<std::thread> threads;
   for (int w = 1; w <= kThreads; ++w) {
     threads.emplace_back([&, w] {
-      server::ParameterClientOptions o;
+      ParameterClientOptions o;
       o.server_addresses = {(*server)->address()};
       o.max_request_bytes = 4096;  // several messages per push
-      auto client = server::ParameterClient::Create(o, "load", w, placement);
+      auto client = ParameterClient::Create(o, "load", w, placement);
       if (!client.ok()) {
         failures++;
         return;
@@ -98,15 +102,14 @@ TEST(PsServerLoad, SixteenThreadsLoseNoUpdateAndMemoryStaysBounded) {
       std::vector<float> weights(kElements);
       for (int64_t step = 0; absl::Now() < end; ++step) {
         if (step % 8 == 0) {
-          server::Ticket pull =
-              (*client)->PullAll(step, 0, {absl::MakeSpan(weights)});
+          Ticket pull = (*client)->PullAll(step, 0, {absl::MakeSpan(weights)});
           if (!pull.Wait(kWait).ok()) {
             failures++;
             return;
           }
         }
-        server::Ticket push = (*client)->PushTensor(0, grad, step, 0);
-        server::Ticket done = (*client)->EndStep(step, 0);
+        Ticket push = (*client)->PushTensor(0, grad, step, 0);
+        Ticket done = (*client)->EndStep(step, 0);
         if (!push.Wait(kWait).ok() || !done.Wait(kWait).ok()) {
           failures++;
           return;
@@ -137,9 +140,9 @@ TEST(PsServerLoad, SixteenThreadsLoseNoUpdateAndMemoryStaysBounded) {
       static_cast<long long>(rss_warm), static_cast<long long>(rss_end));
   ASSERT_LT(units * kUnit, 8192.0) << "sum no longer exact in float";
 
-  server::ParameterClientOptions o;
+  ParameterClientOptions o;
   o.server_addresses = {(*server)->address()};
-  auto reader = server::ParameterClient::Create(o, "load", 1, placement);
+  auto reader = ParameterClient::Create(o, "load", 1, placement);
   ASSERT_TRUE(reader.ok());
   std::vector<float> final_weights(kElements, 1.0f);
   ASSERT_TRUE((*reader)

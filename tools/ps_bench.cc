@@ -60,9 +60,9 @@
 #include "common/status.h"
 #include "server/coordinator/shard_client.h"
 #include "server/optimizer.h"
-#include "server/parameter_client.h"
 #include "server/parameter_service.h"
 #include "server/shard_store.h"
+#include "worker/client/parameter_client.h"
 
 ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M,256M",
           "Dense model sizes (bytes of fp32 weights; K/M suffixes).");
@@ -101,9 +101,9 @@ ABSL_FLAG(bool, fused, true,
 namespace ps {
 namespace {
 
-using server::ParameterClient;
-using server::ParameterClientOptions;
-using server::Ticket;
+using client::ParameterClient;
+using client::ParameterClientOptions;
+using client::Ticket;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -278,7 +278,7 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
         if (fused) {
           // As a worker does: the gradients go with the end of step, whose
           // answer brings the weights for the next step.
-          std::vector<server::TensorGrad> all;
+          std::vector<client::TensorGrad> all;
           for (int t = static_cast<int>(grads.size()) - 1; t >= 0; --t) {
             all.push_back({t, grads[t]});
           }

@@ -10,7 +10,7 @@
 #include "common/model.h"
 #include "common/placement.h"
 #include "common/status.h"
-#include "server/parameter_client.h"
+#include "worker/client/parameter_client.h"
 
 namespace ps::worker {
 namespace {
@@ -30,7 +30,7 @@ class PsAccess final : public ParameterAccess {
   // that a big layer leaves as soon as backward has produced it.
   static constexpr int64_t kFlushBytes = 64 << 10;
 
-  PsAccess(std::unique_ptr<server::ParameterClient> client,
+  PsAccess(std::unique_ptr<client::ParameterClient> client,
            ConsistencySpec::Model model, PsAccessOptions options)
       : client_(std::move(client)),
         model_(model),
@@ -39,7 +39,7 @@ class PsAccess final : public ParameterAccess {
 
   absl::StatusOr<int64_t> Pull(
       int64_t clock, std::vector<absl::Span<float>> tensors) override {
-    server::Ticket t =
+    client::Ticket t =
         client_->PullAll(clock, MinVersion(clock), std::move(tensors));
     PS_RETURN_IF_ERROR(Await(t, absl::StrCat("pull at clock ", clock)));
     return t.version();
@@ -51,7 +51,7 @@ class PsAccess final : public ParameterAccess {
   }
 
   std::vector<int64_t> PartBoundaries(int index) const override {
-    return server::ChunkBoundaries(client_->placement(), index);
+    return ChunkBoundaries(client_->placement(), index);
   }
 
   void PullWithPushes(std::vector<absl::Span<float>> tensors) override {
@@ -81,7 +81,7 @@ class PsAccess final : public ParameterAccess {
     absl::StatusOr<int64_t> staleness =
         AwaitStep(step, client_->EndStep(clock, base_version_));
     // The weights the step's pushes asked back (unused: no next step).
-    for (const server::Ticket& t : step.pulls) {
+    for (const client::Ticket& t : step.pulls) {
       (void)Await(t, absl::StrCat("pull at clock ", clock + 1));
     }
     return staleness;
@@ -94,7 +94,7 @@ class PsAccess final : public ParameterAccess {
 
   std::unique_ptr<StepEndInProgress> StartFinishAndPull(
       int64_t clock, std::vector<absl::Span<float>> tensors) override {
-    std::vector<server::TensorGrad> last;
+    std::vector<client::TensorGrad> last;
     if (model_ == ConsistencySpec::BSP) {
       // The pending gradients ride with the end of step (BSP reports no
       // staleness, so the end's version need not be told apart).
@@ -108,7 +108,7 @@ class PsAccess final : public ParameterAccess {
           client_->PushTensors(TakePending(), clock, base_version_));
     }
     Step step = TakeStep(clock);
-    server::ParameterClient::StepTickets t = client_->EndStepAndPull(
+    client::ParameterClient::StepTickets t = client_->EndStepAndPull(
         std::move(last), clock, base_version_, clock + 1, MinVersion(clock + 1),
         tensors, step.asked);
     step.end = t.end;
@@ -121,11 +121,11 @@ class PsAccess final : public ParameterAccess {
                               std::vector<absl::Span<const float>> grads,
                               std::vector<absl::Span<float>> tensors) override {
     base_version_ = base_version;
-    std::vector<server::TensorGrad> all;
+    std::vector<client::TensorGrad> all;
     for (size_t i = 0; i < grads.size(); ++i) {
       all.push_back({static_cast<int>(i), grads[i]});
     }
-    server::ParameterClient::StepTickets t =
+    client::ParameterClient::StepTickets t =
         client_->EndStepAndPull(std::move(all), clock, base_version, clock + 1,
                                 MinVersion(clock + 1), tensors);
     return [this, t, clock, base_version,
@@ -154,12 +154,12 @@ class PsAccess final : public ParameterAccess {
   struct Step {
     int64_t clock = 0;
     int64_t base_version = 0;
-    std::vector<server::Ticket> pushes;
-    std::vector<server::Ticket> pulls;
+    std::vector<client::Ticket> pushes;
+    std::vector<client::Ticket> pulls;
     std::vector<int> pull_of;    // by chunk id: index into pulls, or -1
     std::vector<int64_t> asked;  // chunk ids asked back by `pulls`
-    server::Ticket end;
-    server::Ticket end_pull;
+    client::Ticket end;
+    client::Ticket end_pull;
   };
 
   // An end of step on its way: the weights can be awaited chunk by chunk.
@@ -175,8 +175,8 @@ class PsAccess final : public ParameterAccess {
       if (result_.has_value()) return result_->status();
       // The chunks by the call that brings them.
       std::vector<std::vector<int64_t>> by_pull(step_.pulls.size() + 1);
-      for (int64_t id : server::ChunksOverlapping(access_->client_->placement(),
-                                                  index, begin, end)) {
+      for (int64_t id : ChunksOverlapping(access_->client_->placement(), index,
+                                          begin, end)) {
         const int k = id < static_cast<int64_t>(step_.pull_of.size())
                           ? step_.pull_of[id]
                           : -1;
@@ -184,7 +184,7 @@ class PsAccess final : public ParameterAccess {
       }
       for (size_t k = 0; k < by_pull.size(); ++k) {
         if (by_pull[k].empty()) continue;
-        const server::Ticket& t =
+        const client::Ticket& t =
             k < step_.pulls.size() ? step_.pulls[k] : step_.end_pull;
         absl::Status s = access_->Await(
             [&](absl::Duration d) { return t.WaitForChunks(by_pull[k], d); },
@@ -212,7 +212,7 @@ class PsAccess final : public ParameterAccess {
   // Sends the pending gradients; under PullWithPushes, asking back their
   // chunks' next weights.
   void SendPending(int64_t clock) {
-    std::vector<server::TensorGrad> grads = TakePending();
+    std::vector<client::TensorGrad> grads = TakePending();
     if (pull_into_.empty()) {
       pushes_.push_back(
           client_->PushTensors(std::move(grads), clock, base_version_));
@@ -220,15 +220,15 @@ class PsAccess final : public ParameterAccess {
     }
     const Placement& p = client_->placement();
     if (pull_of_.empty()) pull_of_.assign(p.chunks.size(), -1);
-    for (const server::TensorGrad& g : grads) {
-      for (int64_t id : server::ChunksOverlapping(
-               p, g.tensor_index, g.offset,
-               g.offset + static_cast<int64_t>(g.grad.size()))) {
+    for (const client::TensorGrad& g : grads) {
+      for (int64_t id :
+           ChunksOverlapping(p, g.tensor_index, g.offset,
+                             g.offset + static_cast<int64_t>(g.grad.size()))) {
         pull_of_[id] = static_cast<int>(pulls_.size());
         asked_.push_back(id);
       }
     }
-    server::ParameterClient::StepTickets t = client_->PushTensorsAndPull(
+    client::ParameterClient::StepTickets t = client_->PushTensorsAndPull(
         std::move(grads), clock, base_version_, clock + 1,
         MinVersion(clock + 1), pull_into_);
     pushes_.push_back(t.end);
@@ -260,7 +260,7 @@ class PsAccess final : public ParameterAccess {
     absl::StatusOr<int64_t> staleness = AwaitStep(step, step.end);
     absl::Status pulled;
     bool refused = false;  // a push (and so its pull) refused as too stale
-    for (const server::Ticket& t : step.pulls) {
+    for (const client::Ticket& t : step.pulls) {
       // (Awaited even after an error: their buffers are the caller's.)
       absl::Status s = Await(t, what);
       if (absl::IsAborted(s)) {
@@ -290,7 +290,7 @@ class PsAccess final : public ParameterAccess {
   // their own when the end (`rejected`) or the pull was refused as too
   // stale (ASP max_staleness), which leaves the shard's answer without them.
   absl::StatusOr<int64_t> AwaitNextWeights(
-      int64_t clock, const server::Ticket& pull, bool rejected,
+      int64_t clock, const client::Ticket& pull, bool rejected,
       const std::vector<absl::Span<float>>& tensors) {
     absl::Status s = Await(pull, absl::StrCat("pull at clock ", clock + 1));
     if (rejected || absl::IsAborted(s)) return Pull(clock + 1, tensors);
@@ -308,8 +308,8 @@ class PsAccess final : public ParameterAccess {
     return model_ == ConsistencySpec::BSP ? clock : 0;
   }
 
-  std::vector<server::TensorGrad> TakePending() {
-    std::vector<server::TensorGrad> out = std::move(pending_);
+  std::vector<client::TensorGrad> TakePending() {
+    std::vector<client::TensorGrad> out = std::move(pending_);
     pending_.clear();
     pending_bytes_ = 0;
     return out;
@@ -317,10 +317,10 @@ class PsAccess final : public ParameterAccess {
 
   // Waits for a step's pushes and its end: the staleness the pushes saw.
   absl::StatusOr<int64_t> AwaitStep(const Step& step,
-                                    const server::Ticket& end) {
+                                    const client::Ticket& end) {
     int64_t staleness = 0;
     absl::Status first_error;
-    for (const server::Ticket& t : step.pushes) {
+    for (const client::Ticket& t : step.pushes) {
       absl::Status s = Await(t, absl::StrCat("push at clock ", step.clock));
       if (absl::IsAborted(s)) continue;  // ASP: too stale, rejected and counted
       if (!s.ok() && first_error.ok()) first_error = s;
@@ -333,7 +333,7 @@ class PsAccess final : public ParameterAccess {
     return staleness;
   }
 
-  absl::Status Await(const server::Ticket& t, const std::string& what) {
+  absl::Status Await(const client::Ticket& t, const std::string& what) {
     return Await([&](absl::Duration d) { return t.Wait(d); },
                  [&] { return t.Done(); }, what);
   }
@@ -361,10 +361,10 @@ class PsAccess final : public ParameterAccess {
     }
   }
 
-  std::unique_ptr<server::ParameterClient> client_;
+  std::unique_ptr<client::ParameterClient> client_;
   const ConsistencySpec::Model model_;
   const PsAccessOptions options_;
-  std::vector<server::TensorGrad> pending_;
+  std::vector<client::TensorGrad> pending_;
   int64_t pending_bytes_ = 0;
   // The whole model's gradient bytes, and this step's pushed so far.
   const int64_t model_bytes_;
@@ -373,13 +373,19 @@ class PsAccess final : public ParameterAccess {
   // PullWithPushes: where pushes' answers put the next step's weights.
   std::vector<absl::Span<float>> pull_into_;
   // The open step's calls (Step).
-  std::vector<server::Ticket> pushes_;
-  std::vector<server::Ticket> pulls_;
+  std::vector<client::Ticket> pushes_;
+  std::vector<client::Ticket> pulls_;
   std::vector<int> pull_of_;
   std::vector<int64_t> asked_;
 };
 
 }  // namespace
+
+std::unique_ptr<ParameterAccess> NewPsAccess(
+    std::unique_ptr<client::ParameterClient> client,
+    ConsistencySpec::Model model, const PsAccessOptions& options) {
+  return std::make_unique<PsAccess>(std::move(client), model, options);
+}
 
 int ConnectionsPerShard(const JobSpec& spec, const Placement& placement,
                         int64_t max_request_bytes) {
@@ -407,7 +413,7 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
   PS_ASSIGN_OR_RETURN(
       Placement placement,
       ComputePlacement(tensors, a.server_addresses_size(), chunk));
-  server::ParameterClientOptions co;
+  client::ParameterClientOptions co;
   co.server_addresses.assign(a.server_addresses().begin(),
                              a.server_addresses().end());
   co.token = options.token;
@@ -425,10 +431,10 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
   co.connections_per_shard =
       ConnectionsPerShard(a.spec(), placement, co.max_request_bytes);
   PS_ASSIGN_OR_RETURN(auto client,
-                      server::ParameterClient::Create(
+                      client::ParameterClient::Create(
                           co, a.job_id(), options.member_id, placement));
-  return std::unique_ptr<ParameterAccess>(
-      new PsAccess(std::move(client), a.spec().consistency().model(), options));
+  return NewPsAccess(std::move(client), a.spec().consistency().model(),
+                     options);
 }
 
 }  // namespace ps::worker

@@ -1,6 +1,7 @@
-// ParameterAccess over the real parameter servers (server/parameter_client.h):
-// the placement is computed from the job spec, pulls wait as the job's
-// consistency model says, and every wait is bounded and stoppable.
+// ParameterAccess over the real parameter servers (the parameter client,
+// worker/client/parameter_client.h): the placement is computed from the job
+// spec, pulls wait as the job's consistency model says, and every wait is
+// bounded and stoppable.
 #ifndef PS_WORKER_PS_ACCESS_H_
 #define PS_WORKER_PS_ACCESS_H_
 
@@ -13,6 +14,7 @@
 #include "common/placement.h"
 #include "common/rpc.h"
 #include "proto/coordinator_service.pb.h"
+#include "worker/client/parameter_client.h"
 #include "worker/trainer.h"
 
 namespace ps::worker {
@@ -25,15 +27,24 @@ struct PsAccessOptions {
   // gives up and reports (UNAVAILABLE names the shard).
   absl::Duration retry_deadline = absl::Seconds(60);
   // How long the training loop polls for weights on their way before it
-  // sleeps (server::ParameterClientOptions::wait_spin); zero: it sleeps at
+  // sleeps (client::ParameterClientOptions::wait_spin); zero: it sleeps at
   // once.
   absl::Duration wait_spin = absl::Microseconds(300);
   // Set by the daemon to stop waiting (job cancelled, SIGTERM).
   const std::atomic<bool>* stop = nullptr;
 };
 
+// Connects to the assignment's shards (the job's placement, a client with
+// the retry deadline and wait spin of `options`). FAILED_PRECONDITION for a
+// job without servers; the model's and the client's errors.
 absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
     const WorkerAssignment& assignment, const PsAccessOptions& options);
+
+// The same over `client` (tests give one over a fake transport, or a fake),
+// for a job of consistency model `model`.
+std::unique_ptr<ParameterAccess> NewPsAccess(
+    std::unique_ptr<client::ParameterClient> client,
+    ConsistencySpec::Model model, const PsAccessOptions& options);
 
 // The TCP connections a worker opens to each shard for `spec`. Two by
 // default: the answers to a step's first messages flow back while the later

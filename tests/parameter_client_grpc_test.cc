@@ -1,8 +1,8 @@
-// The client against in-process shards (ShardStore + ParameterService on
-// 127.0.0.1:0): splitting into messages, half-precision wire dtypes, the
-// bounded ticket wait, and argument errors.
-#include "server/parameter_client.h"
-
+// The parameter client over real gRPC against in-process shards (ShardStore
+// + ParameterService on 127.0.0.1:0): splitting into messages, half-precision
+// wire dtypes, the bounded ticket wait, cancellation, fused pushes and pulls,
+// and argument errors. (The call engine's retries, backoff and splitting are
+// unit-tested over a fake transport in worker/client/.)
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -16,9 +16,18 @@
 #include "proto/parameter_service.grpc.pb.h"
 #include "server/parameter_service.h"
 #include "server/shard_store.h"
+#include "worker/client/parameter_client.h"
 
-namespace ps::server {
+namespace ps {
 namespace {
+
+using client::ParameterClient;
+using client::ParameterClientOptions;
+using client::TensorGrad;
+using client::Ticket;
+using server::ParameterServiceAdapter;
+using server::ParameterServiceOptions;
+using server::ShardStore;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
 
@@ -516,4 +525,4 @@ TEST(ParameterClient, RejectsMismatchedArguments) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps

@@ -1,5 +1,7 @@
 // The data-plane client workers and ps_bench use: push gradients to and pull
-// weights from every shard of a job, asynchronously, over gRPC.
+// weights from every shard of a job, asynchronously, over gRPC. The worker's
+// side of proto/parameter_service.proto; it depends on the contracts
+// (proto/, common/), never on the server.
 //
 // Given the job's Placement it splits each tensor into its chunks, groups
 // them per shard into messages of at most max_request_bytes, sends them over
@@ -7,17 +9,23 @@
 // caller's tensor buffers. Payloads travel with the zero-copy codec: a push
 // sends slices pointing at the caller's gradient memory.
 //
-// Every call returns a Ticket: Wait(timeout) is bounded and the in-flight
-// state is released as soon as the call ends (no tracker that grows). Each
-// RPC attempt has a deadline; attempts failing with UNAVAILABLE or
-// DEADLINE_EXCEEDED are retried with exponential backoff (a retried push
-// keeps its sequence number, so the server applies it once).
+// Every call returns a Ticket (ticket.h): Wait(timeout) is bounded and the
+// in-flight state is released as soon as the call ends (no tracker that
+// grows). Each RPC attempt has a deadline; attempts failing with UNAVAILABLE
+// or DEADLINE_EXCEEDED are retried with exponential backoff (a retried push
+// keeps its sequence number, so the server applies it once): call_engine.h.
 //
 // Thread-safe. Buffers handed to PullAll / PushTensor must stay alive and, for
 // pushes, unchanged until the ticket is done. The destructor waits for the
 // calls still in flight (each bounded by its retry deadline).
-#ifndef PS_SERVER_PARAMETER_CLIENT_H_
-#define PS_SERVER_PARAMETER_CLIENT_H_
+//
+// The units behind it: ticket.h (tickets), call_engine.h (retries, backoff,
+// cancellation, the send thread) over transport.h (grpc_transport.h in
+// production, fake_transport.h in tests), session.h (sequence numbers and
+// pulled versions per shard), dense_codec.h (dense tensors: chunks into
+// messages, answers into the caller's buffers).
+#ifndef PS_WORKER_CLIENT_PARAMETER_CLIENT_H_
+#define PS_WORKER_CLIENT_PARAMETER_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
@@ -28,11 +36,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/clock.h"
 #include "common/placement.h"
 #include "common/rpc.h"
 #include "proto/config.pb.h"
+#include "worker/client/session.h"
+#include "worker/client/ticket.h"
+#include "worker/client/transport.h"
 
-namespace ps::server {
+namespace ps::client {
 
 struct ParameterClientOptions {
   std::vector<std::string> server_addresses;  // index = shard index
@@ -82,10 +94,6 @@ struct ParameterClientOptions {
   absl::Duration wait_spin = absl::ZeroDuration();
 };
 
-namespace internal {
-struct TicketState;
-}
-
 // One tensor's gradient: all of it (placement.tensor_elements[tensor_index]
 // floats), or with `offset` the elements [offset, offset + grad.size()),
 // which must be whole chunks (start at a chunk's start, end at a chunk's
@@ -96,49 +104,6 @@ struct TensorGrad {
   int64_t offset = 0;
 };
 
-// The element offsets inside tensor `tensor_index` where its chunks after
-// the first start (ascending; empty for a one-chunk tensor).
-std::vector<int64_t> ChunkBoundaries(const Placement& placement,
-                                     int tensor_index);
-// The ids of tensor `tensor_index`'s chunks that hold any of the elements
-// [begin, end).
-std::vector<int64_t> ChunksOverlapping(const Placement& placement,
-                                       int tensor_index, int64_t begin,
-                                       int64_t end);
-
-// The outcome of one asynchronous operation (possibly many RPCs).
-class Ticket {
- public:
-  Ticket();  // done and OK
-  explicit Ticket(std::shared_ptr<internal::TicketState> state);
-
-  // Waits up to `timeout`. Returns the operation's status once done (the
-  // first error of its RPCs), or DEADLINE_EXCEEDED if it is still running;
-  // it keeps running then and may be waited on again.
-  absl::Status Wait(absl::Duration timeout) const;
-  bool Done() const;
-
-  // Once done: pull: the lowest shard version of the weights received;
-  // push: the lowest shard version reported after the push.
-  int64_t version() const;
-  // Once done: the slowest worker's clock the shards reported (pulls).
-  int64_t min_clock() const;
-  // Pulls: waits up to `timeout` until the chunks `ids` have been written
-  // into the caller's tensors (a pull's parts arrive one by one). OK once
-  // they are; the operation's error if it ended without them;
-  // DEADLINE_EXCEEDED if they are still on the way.
-  absl::Status WaitForChunks(absl::Span<const int64_t> ids,
-                             absl::Duration timeout) const;
-
-  // Once done (pushes): messages the servers had already applied (retries)
-  // and messages dropped as late by BSP backup-worker logic.
-  int64_t duplicates() const;
-  int64_t dropped() const;
-
- private:
-  std::shared_ptr<internal::TicketState> state_;
-};
-
 class ParameterClient {
  public:
   // Connects lazily. INVALID_ARGUMENT when the number of addresses differs
@@ -147,6 +112,14 @@ class ParameterClient {
   static absl::StatusOr<std::unique_ptr<ParameterClient>> Create(
       const ParameterClientOptions& options, const std::string& job_id,
       int64_t worker_id, const Placement& placement);
+  // The same over `transport` (one shard per placement shard; tests use a
+  // fake), with retry times taken from `clock`. The options that configure
+  // connections (addresses, token, TLS, message size, connections, call
+  // timeout) are the transport's business and are not checked here.
+  static absl::StatusOr<std::unique_ptr<ParameterClient>> CreateWithTransport(
+      const ParameterClientOptions& options, const std::string& job_id,
+      int64_t worker_id, const Placement& placement,
+      std::unique_ptr<Transport> transport, const Clock* clock = Clock::Real());
   virtual ~ParameterClient() = default;
 
   // Pulls every chunk of every shard into `tensors`: one span per model
@@ -158,7 +131,7 @@ class ParameterClient {
 
   // The base version of a push: what the last PullAll received from each
   // shard (shards count their versions independently under ASP/SSP).
-  static constexpr int64_t kPulledVersion = -1;
+  static constexpr int64_t kPulledVersion = Session::kPulledVersion;
 
   // Pushes the gradient of tensor `tensor_index` (all of it, placement.
   // tensor_elements[i] floats), split into its chunks and shards. Call it
@@ -233,6 +206,6 @@ class ParameterClient {
   virtual void CancelInFlight() = 0;
 };
 
-}  // namespace ps::server
+}  // namespace ps::client
 
-#endif  // PS_SERVER_PARAMETER_CLIENT_H_
+#endif  // PS_WORKER_CLIENT_PARAMETER_CLIENT_H_
