@@ -1,0 +1,244 @@
+#include "worker/client/fake_transport.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps::client {
+
+int64_t FakeRequest::payload_bytes() const {
+  int64_t n = 0;
+  for (const FakeChunk& c : chunks) n += static_cast<int64_t>(c.data.size());
+  return n;
+}
+
+class FakeTransport::FakeAttempt final : public Transport::Attempt {
+ public:
+  explicit FakeAttempt(FakeTransport* transport) : transport_(transport) {}
+  void Cancel() override { transport_->CancelAttempt(this); }
+
+  // Under transport_->mu_.
+  bool cancelled = false;
+
+ private:
+  FakeTransport* const transport_;
+};
+
+class FakeTransport::FakeTimer final : public Transport::Timer {
+ public:
+  explicit FakeTimer(FakeTransport* transport) : transport_(transport) {}
+  void Cancel() override { transport_->CancelTimer(this); }
+
+ private:
+  FakeTransport* const transport_;
+};
+
+FakeTransport::FakeTransport(int num_shards) : num_shards_(num_shards) {
+  for (int s = 0; s < num_shards; ++s) {
+    addresses_.push_back(absl::StrCat("fake-shard-", s));
+  }
+}
+
+FakeTransport::~FakeTransport() {
+  absl::MutexLock l(&mu_);
+  EXPECT_TRUE(waiting_.empty()) << waiting_.size() << " attempts unanswered";
+}
+
+grpc::ByteBuffer FakeTransport::Encode(
+    const google::protobuf::MessageLite& header, int chunks_field,
+    const std::vector<FakeChunk>& chunks) {
+  std::vector<ChunkOut> out;
+  for (const FakeChunk& c : chunks) {
+    ChunkOut o;
+    o.chunk_id = c.chunk_id;
+    o.dtype = c.dtype;
+    o.num_elements = c.num_elements;
+    char* data = nullptr;
+    o.data = AllocateSlice(c.data.size(), &data);
+    std::copy(c.data.begin(), c.data.end(), data);
+    out.push_back(std::move(o));
+  }
+  return EncodeWithPayloads(header, chunks_field, out);
+}
+
+bool FakeTransport::WaitForAttempts(size_t n, absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return waiting_.size() >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+std::vector<FakeRequest> FakeTransport::Waiting() const {
+  absl::MutexLock l(&mu_);
+  std::vector<FakeRequest> out;
+  for (const Pending& p : waiting_) out.push_back(p.request);
+  return out;
+}
+
+bool FakeTransport::AnswerOldest(
+    const std::function<FakeReply(const FakeRequest&)>& reply,
+    FakeRequest* request) {
+  Pending p;
+  {
+    absl::MutexLock l(&mu_);
+    if (waiting_.empty()) return false;
+    p = std::move(waiting_.front());
+    waiting_.pop_front();
+  }
+  FakeReply r = reply(p.request);
+  if (r.status.ok()) *p.response = std::move(r.response);
+  p.listener->AttemptDone(r.status);
+  *request = std::move(p.request);
+  return true;
+}
+
+FakeRequest FakeTransport::Answer(
+    const std::function<FakeReply(const FakeRequest&)>& reply) {
+  FakeRequest request;
+  if (!AnswerOldest(reply, &request)) {
+    ADD_FAILURE() << "no attempt waits for an answer";
+  }
+  return request;
+}
+
+int FakeTransport::AnswerAll(
+    const std::function<FakeReply(const FakeRequest&)>& reply) {
+  int n = 0;
+  FakeRequest request;
+  while (AnswerOldest(reply, &request)) ++n;
+  return n;
+}
+
+std::vector<absl::Time> FakeTransport::PendingTimers() const {
+  absl::MutexLock l(&mu_);
+  std::vector<absl::Time> out;
+  for (const PendingTimer& t : timers_) out.push_back(t.when);
+  return out;
+}
+
+int FakeTransport::FireTimers() {
+  std::deque<PendingTimer> fire;
+  {
+    absl::MutexLock l(&mu_);
+    fire.swap(timers_);
+  }
+  for (PendingTimer& t : fire) {
+    std::shared_ptr<Listener> listener = std::move(t.listener);
+    listener->TimerFired();
+  }
+  return static_cast<int>(fire.size());
+}
+
+int FakeTransport::started() const {
+  absl::MutexLock l(&mu_);
+  return started_;
+}
+
+int FakeTransport::cancelled() const {
+  absl::MutexLock l(&mu_);
+  return cancelled_;
+}
+
+const std::string& FakeTransport::address(int shard) const {
+  return addresses_[shard];
+}
+
+std::shared_ptr<Transport::Attempt> FakeTransport::NewAttempt() {
+  return std::make_shared<FakeAttempt>(this);
+}
+
+void FakeTransport::Start(Attempt& attempt, int shard, Rpc rpc,
+                          const grpc::ByteBuffer* request,
+                          grpc::ByteBuffer* response,
+                          std::shared_ptr<Listener> listener) {
+  Pending p;
+  p.attempt = static_cast<FakeAttempt*>(&attempt);
+  p.request.shard = shard;
+  p.request.rpc = rpc;
+  p.response = response;
+  p.listener = std::move(listener);
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(request->Dump(&slices).ok());
+  for (const grpc::Slice& s : slices) {
+    p.request.slices.emplace_back(reinterpret_cast<const char*>(s.begin()),
+                                  s.size());
+  }
+  std::vector<ChunkView> views;
+  std::vector<grpc::Slice> kept;
+  std::string arena;
+  absl::Status decoded = rpc == Rpc::kPush
+                             ? DecodeWithPayloads(*request, 6, &p.request.push,
+                                                  &views, &kept, &arena)
+                             : DecodeWithPayloads(*request, 0, &p.request.pull,
+                                                  &views, &kept, &arena);
+  EXPECT_TRUE(decoded.ok()) << decoded;
+  for (const ChunkView& v : views) {
+    p.request.chunks.push_back(
+        {v.chunk_id, v.dtype, v.num_elements, std::string(v.data)});
+  }
+  std::shared_ptr<Listener> cancelled;
+  {
+    absl::MutexLock l(&mu_);
+    ++started_;
+    if (p.attempt->cancelled) {
+      ++cancelled_;
+      cancelled = std::move(p.listener);
+    } else {
+      waiting_.push_back(std::move(p));
+    }
+  }
+  if (cancelled != nullptr) {
+    cancelled->AttemptDone(absl::CancelledError("cancelled before it started"));
+  }
+}
+
+std::shared_ptr<Transport::Timer> FakeTransport::StartTimer(
+    absl::Time when, std::shared_ptr<Listener> listener) {
+  auto timer = std::make_shared<FakeTimer>(this);
+  absl::MutexLock l(&mu_);
+  timers_.push_back({timer.get(), when, std::move(listener)});
+  return timer;
+}
+
+void FakeTransport::set_cancel_status(absl::Status status) {
+  absl::MutexLock l(&mu_);
+  cancel_status_ = std::move(status);
+}
+
+void FakeTransport::CancelAttempt(FakeAttempt* attempt) {
+  std::shared_ptr<Listener> listener;
+  absl::Status status;
+  {
+    absl::MutexLock l(&mu_);
+    attempt->cancelled = true;
+    auto it =
+        std::find_if(waiting_.begin(), waiting_.end(),
+                     [&](const Pending& p) { return p.attempt == attempt; });
+    if (it == waiting_.end()) return;  // not started yet, or answered
+    ++cancelled_;
+    listener = std::move(it->listener);
+    waiting_.erase(it);
+    status = cancel_status_;
+  }
+  listener->AttemptDone(status);
+}
+
+void FakeTransport::CancelTimer(FakeTimer* timer) {
+  std::shared_ptr<Listener> listener;
+  {
+    absl::MutexLock l(&mu_);
+    auto it =
+        std::find_if(timers_.begin(), timers_.end(),
+                     [&](const PendingTimer& t) { return t.timer == timer; });
+    if (it == timers_.end()) return;  // fired already
+    listener = std::move(it->listener);
+    timers_.erase(it);
+  }
+  listener->TimerFired();
+}
+
+}  // namespace ps::client
