@@ -86,8 +86,6 @@ class CallEngine {
   // is left. Calls sent after it returns work as usual.
   void CancelInFlight();
 
-  const Transport& transport() const { return *transport_; }
-
  private:
   struct Call;
 
