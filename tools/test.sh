@@ -121,6 +121,7 @@ else
       --test_env=LSAN_OPTIONS=suppressions="$root/tools/sanitizers/lsan.supp" \
       --test_env=UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions="$root/tools/sanitizers/ubsan.supp" \
       //common/... //kernels/... //server/... //worker/... //tools/psctl:report_test \
+      //tests:parameter_client_grpc_test \
       //tests:ps_server_grpc_test //tests:ps_server_bad_input_test \
       //tests:coordinator_lifecycle_test //tests:coordinator_bad_input_test \
       //tests:e2e_train_test
@@ -138,6 +139,7 @@ else
         --test_env=TSAN_OPTIONS=suppressions="$root/tools/sanitizers/tsan.supp":halt_on_error=1:second_deadlock_stack=1 \
         //tools/sanitizers:all //common/... //server/... //worker/... \
         //kernels:cuda_emulated_backend_test //kernels:cpu_backend_test \
+        //tests:parameter_client_grpc_test \
         //tests:ps_server_grpc_test //tests:coordinator_lifecycle_test \
         //tests:e2e_train_test
     else
