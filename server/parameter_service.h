@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/rpc.h"
-#include "server/shard_store.h"
+#include "server/shard/shard_store.h"
 
 namespace ps::server {
 

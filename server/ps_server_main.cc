@@ -27,7 +27,7 @@
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
 #include "server/parameter_service.h"
-#include "server/shard_store.h"
+#include "server/shard/shard_store.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address to listen on; 0.0.0.0 to accept connections from other "

@@ -6,7 +6,8 @@
 #    file, or labels that do not match the images: the job ends FAILED with
 #    a reason naming the file; the worker stays up and the next job succeeds.
 # (Corrupted and truncated checkpoints: server/checkpoint_test.cc and
-# server/shard_store_test.cc CorruptCheckpointFallsBackToThePreviousOne.)
+# server/shard/job_checkpoint_test.cc
+# CorruptCheckpointFallsBackToThePreviousOne.)
 set -euo pipefail
 source "${TEST_SRCDIR}/ps/tests/fault_lib.sh"
 DS=/usr/share/datasets/fashion-mnist

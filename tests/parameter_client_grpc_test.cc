@@ -15,7 +15,7 @@
 #include "common/placement.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "server/parameter_service.h"
-#include "server/shard_store.h"
+#include "server/shard/shard_store.h"
 #include "worker/client/parameter_client.h"
 
 namespace ps {

@@ -61,7 +61,7 @@
 #include "server/coordinator/shard_client.h"
 #include "server/optimizer.h"
 #include "server/parameter_service.h"
-#include "server/shard_store.h"
+#include "server/shard/shard_store.h"
 #include "worker/client/parameter_client.h"
 
 ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M,256M",

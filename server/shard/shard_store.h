@@ -4,6 +4,14 @@
 // exactly-once push application. gRPC (server/parameter_service.h) is a thin
 // adapter over it.
 //
+// The component (server/shard/): this interface and its arguments
+// (push_pull.h); a job's state on the shard (job.h) and the units over it:
+// setup (job_setup.h), sequence numbers (seq_tracker.h), push validation
+// (push_validation.h), the apply paths (push_apply.h), BSP step aggregation
+// (bsp_step.h), pull waits (pull_wait.h), checkpoints (job_checkpoint.h)
+// and status (shard_status.h). The parameters live in tables behind one
+// seam (table.h); the dense tensors' table is dense_table.h.
+//
 // Versions. BSP: the version is the number of applied steps; a worker at
 // clock c pushes the gradient of step c (c == version) and pulls with
 // min_version c. ASP/SSP: pushes apply at once and the version counts the
@@ -38,25 +46,21 @@
 // DEADLINE_EXCEEDED (a pull or step barrier still waiting at the deadline),
 // ALREADY_EXISTS (SetupJob of a job set up with a different spec). A push
 // that fails leaves the shard's state unchanged.
-#ifndef PS_SERVER_SHARD_STORE_H_
-#define PS_SERVER_SHARD_STORE_H_
+#ifndef PS_SERVER_SHARD_SHARD_STORE_H_
+#define PS_SERVER_SHARD_SHARD_STORE_H_
 
-#include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "common/metrics.h"
 #include "common/placement.h"
 #include "proto/parameter_service.pb.h"
+#include "server/shard/push_pull.h"
 
 namespace ps::server {
 
@@ -76,72 +80,6 @@ struct ShardStoreOptions {
 
 // The daemon's default apply_threads: one per CPU core, at most 8.
 int DefaultApplyThreads();
-
-// One chunk of a push: num_elements little-endian `dtype` values, either
-// contiguous in `data` or, when they arrived split over several receive
-// buffers, the concatenation of `segments` (then `data` is unused). The
-// bytes only have to live for the duration of the Push call.
-struct PushChunk {
-  int64_t chunk_id = 0;
-  DType dtype = FLOAT32;
-  int64_t num_elements = 0;
-  absl::string_view data;
-  std::vector<absl::string_view> segments;
-};
-
-struct PushArgs {
-  absl::string_view job_id;
-  int64_t worker_id = 0;
-  uint64_t seq = 0;
-  int64_t clock = 0;
-  int64_t base_version = 0;
-  bool end_of_step = false;
-  // BSP: these chunks' gradients of the step are complete from this worker
-  // (see "BSP chunks applied as they complete" above).
-  bool chunks_final = false;
-  std::vector<PushChunk> chunks;
-};
-
-struct PushResult {
-  int64_t version = 0;
-  bool duplicate = false;
-  bool dropped = false;
-};
-
-struct PullArgs {
-  absl::string_view job_id;
-  int64_t worker_id = 0;
-  int64_t clock = 0;
-  int64_t min_version = 0;
-  std::vector<int64_t> chunk_ids;  // empty: every chunk of the shard
-  // > 0: first wait until this worker's pushes numbered up to after_seq
-  // have all landed (the pull that answers an end of step must see the
-  // step's earlier pushes, which may still be in flight on other streams).
-  uint64_t after_seq = 0;
-  // BSP: wait for the step itself to close (the job's version), not for the
-  // chunks only (see "BSP chunks applied as they complete"): the answer to
-  // an end of step, after which the worker's next pushes must find the
-  // step closed.
-  bool whole_step = false;
-  // Hand no chunks to the sink (the version only).
-  bool version_only = false;
-};
-
-struct PullResult {
-  int64_t version = 0;
-  int64_t min_clock = 0;
-};
-
-// Keeps a pulled chunk's weights alive: published weights are immutable
-// (an update writes a new buffer), so a pull may send them without copying
-// as long as it holds this reference.
-using WeightsRef = std::shared_ptr<const void>;
-
-// Receives one chunk's weights during a pull, called under that chunk's lock:
-// keep `ref` (zero copy) or copy the span out, and return quickly.
-using ChunkSink =
-    absl::FunctionRef<void(const Chunk& chunk, absl::Span<const float> weights,
-                           const WeightsRef& ref)>;
 
 class ShardStore {
  public:
@@ -206,4 +144,4 @@ class ShardStore {
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_SHARD_STORE_H_
+#endif  // PS_SERVER_SHARD_SHARD_STORE_H_

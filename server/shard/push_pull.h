@@ -1,0 +1,88 @@
+// The arguments and results of a shard's pushes and pulls (ShardStore::Push
+// and ::Pull in server/shard/shard_store.h, which describes what they mean),
+// in a header of their own so that the shard's units and its tables use
+// them without the store.
+#ifndef PS_SERVER_SHARD_PUSH_PULL_H_
+#define PS_SERVER_SHARD_PUSH_PULL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/placement.h"
+#include "proto/parameter_service.pb.h"
+
+namespace ps::server {
+
+// One chunk of a push: num_elements little-endian `dtype` values, either
+// contiguous in `data` or, when they arrived split over several receive
+// buffers, the concatenation of `segments` (then `data` is unused). The
+// bytes only have to live for the duration of the Push call.
+struct PushChunk {
+  int64_t chunk_id = 0;
+  DType dtype = FLOAT32;
+  int64_t num_elements = 0;
+  absl::string_view data;
+  std::vector<absl::string_view> segments;
+};
+
+struct PushArgs {
+  absl::string_view job_id;
+  int64_t worker_id = 0;
+  uint64_t seq = 0;
+  int64_t clock = 0;
+  int64_t base_version = 0;
+  bool end_of_step = false;
+  // BSP: these chunks' gradients of the step are complete from this worker
+  // (see "BSP chunks applied as they complete" in shard_store.h).
+  bool chunks_final = false;
+  std::vector<PushChunk> chunks;
+};
+
+struct PushResult {
+  int64_t version = 0;
+  bool duplicate = false;
+  bool dropped = false;
+};
+
+struct PullArgs {
+  absl::string_view job_id;
+  int64_t worker_id = 0;
+  int64_t clock = 0;
+  int64_t min_version = 0;
+  std::vector<int64_t> chunk_ids;  // empty: every chunk of the shard
+  // > 0: first wait until this worker's pushes numbered up to after_seq
+  // have all landed (the pull that answers an end of step must see the
+  // step's earlier pushes, which may still be in flight on other streams).
+  uint64_t after_seq = 0;
+  // BSP: wait for the step itself to close (the job's version), not for the
+  // chunks only (see "BSP chunks applied as they complete"): the answer to
+  // an end of step, after which the worker's next pushes must find the
+  // step closed.
+  bool whole_step = false;
+  // Hand no chunks to the sink (the version only).
+  bool version_only = false;
+};
+
+struct PullResult {
+  int64_t version = 0;
+  int64_t min_clock = 0;
+};
+
+// Keeps a pulled chunk's weights alive: published weights are immutable
+// (an update writes a new buffer), so a pull may send them without copying
+// as long as it holds this reference.
+using WeightsRef = std::shared_ptr<const void>;
+
+// Receives one chunk's weights during a pull, called under that chunk's lock:
+// keep `ref` (zero copy) or copy the span out, and return quickly.
+using ChunkSink =
+    absl::FunctionRef<void(const Chunk& chunk, absl::Span<const float> weights,
+                           const WeightsRef& ref)>;
+
+}  // namespace ps::server
+
+#endif  // PS_SERVER_SHARD_PUSH_PULL_H_
