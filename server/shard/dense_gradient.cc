@@ -103,14 +103,13 @@ std::string NonFiniteMessage(int64_t chunk_id) {
       "them through)");
 }
 
-absl::Status PrepareDenseGradient(const DenseLayout& layout,
-                                  absl::Span<const PushChunk> chunks,
-                                  bool checked_apply, bool allow_nonfinite,
-                                  DenseGradient* out) {
+absl::StatusOr<std::unique_ptr<DenseGradient>> PrepareDenseGradient(
+    const DenseLayout& layout, absl::Span<const PushChunk> chunks,
+    bool checked_apply, bool allow_nonfinite) {
+  auto out = std::make_unique<DenseGradient>();
   absl::flat_hash_set<int64_t> seen;
   out->checked_apply = checked_apply;
   out->check_deferred = checked_apply;
-  out->bytes = 0;
   out->widened.resize(chunks.size());
   out->grads.resize(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -150,10 +149,11 @@ absl::Status PrepareDenseGradient(const DenseLayout& layout,
       }
       finite = allow_nonfinite || AllFinite(out->grads[i]);
     }
-    if (!finite)
+    if (!finite) {
       return absl::InvalidArgumentError(NonFiniteMessage(c.chunk_id));
+    }
   }
-  return absl::OkStatus();
+  return out;
 }
 
 }  // namespace ps::server

@@ -5,10 +5,12 @@
 #define PS_SERVER_SHARD_DENSE_GRADIENT_H_
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/placement.h"
@@ -39,15 +41,14 @@ struct DenseLayout {
   absl::Span<const int> local_index;
 };
 
-// Checks `chunks` and fills out->grads and out->widened (see DenseGradient)
-// and out->bytes. `checked_apply`: leave the NaN/Inf check of fp32
-// payloads to the apply; `allow_nonfinite`: no NaN/Inf check at all.
-// INVALID_ARGUMENT naming the chunk: unknown id, another shard's chunk, a
-// chunk twice, a wrong element count, dtype or payload length, NaN/Inf.
-absl::Status PrepareDenseGradient(const DenseLayout& layout,
-                                  absl::Span<const PushChunk> chunks,
-                                  bool checked_apply, bool allow_nonfinite,
-                                  DenseGradient* out);
+// Checks `chunks` and returns their gradient. `checked_apply`: leave the
+// NaN/Inf check of fp32 payloads to the apply; `allow_nonfinite`: no
+// NaN/Inf check at all. INVALID_ARGUMENT naming the chunk: unknown id,
+// another shard's chunk, a chunk twice, a wrong element count, dtype or
+// payload length, NaN/Inf.
+absl::StatusOr<std::unique_ptr<DenseGradient>> PrepareDenseGradient(
+    const DenseLayout& layout, absl::Span<const PushChunk> chunks,
+    bool checked_apply, bool allow_nonfinite);
 
 // The message of a gradient refused for NaN/Inf in chunk `chunk_id`.
 std::string NonFiniteMessage(int64_t chunk_id);

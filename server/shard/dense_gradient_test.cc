@@ -138,36 +138,33 @@ TEST(DenseGradient, ReadsInPlaceWhatItCanAndCountsTheBytes) {
   std::vector<char> half(n * 2);
   NarrowFromFloat(FLOAT16, g, half.data());
 
-  DenseGradient in_place;
-  PushChunk c = Contiguous(id, FLOAT32, n, bytes);
-  ASSERT_TRUE(
-      PrepareDenseGradient(l.layout(), {c}, false, false, &in_place).ok());
-  EXPECT_EQ(in_place.grads[0].data(), g.data());
-  EXPECT_EQ(in_place.bytes, n * 4);
-  EXPECT_FALSE(in_place.check_deferred);
+  const PushChunk c = Contiguous(id, FLOAT32, n, bytes);
+  auto in_place = PrepareDenseGradient(l.layout(), {c}, false, false);
+  ASSERT_TRUE(in_place.ok()) << in_place.status();
+  EXPECT_EQ((*in_place)->grads[0].data(), g.data());
+  EXPECT_EQ((*in_place)->bytes, n * 4);
+  EXPECT_FALSE((*in_place)->check_deferred);
 
-  DenseGradient checked;
-  ASSERT_TRUE(
-      PrepareDenseGradient(l.layout(), {c}, true, false, &checked).ok());
-  EXPECT_EQ(checked.grads[0].data(), nullptr);
-  EXPECT_TRUE(checked.check_deferred);
+  auto checked = PrepareDenseGradient(l.layout(), {c}, true, false);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  EXPECT_EQ((*checked)->grads[0].data(), nullptr);
+  EXPECT_TRUE((*checked)->check_deferred);
 
-  DenseGradient split;
   PushChunk s = c;
   s.data = {};
   s.segments = {bytes.substr(0, 6), bytes.substr(6)};
-  ASSERT_TRUE(PrepareDenseGradient(l.layout(), {s}, false, false, &split).ok());
-  EXPECT_EQ(split.grads[0].data(), nullptr);
-  EXPECT_EQ(split.bytes, n * 4);
+  auto split = PrepareDenseGradient(l.layout(), {s}, false, false);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ((*split)->grads[0].data(), nullptr);
+  EXPECT_EQ((*split)->bytes, n * 4);
 
-  DenseGradient widened;
-  PushChunk h =
+  const PushChunk h =
       Contiguous(id, FLOAT16, n, absl::string_view(half.data(), half.size()));
-  ASSERT_TRUE(
-      PrepareDenseGradient(l.layout(), {h}, true, false, &widened).ok());
-  ASSERT_EQ(widened.grads[0].size(), static_cast<size_t>(n));
-  EXPECT_EQ(widened.grads[0][n - 1], 0.5f);
-  EXPECT_EQ(widened.bytes, n * 2);
+  auto widened = PrepareDenseGradient(l.layout(), {h}, true, false);
+  ASSERT_TRUE(widened.ok()) << widened.status();
+  ASSERT_EQ((*widened)->grads[0].size(), static_cast<size_t>(n));
+  EXPECT_EQ((*widened)->grads[0][n - 1], 0.5f);
+  EXPECT_EQ((*widened)->bytes, n * 2);
 }
 
 TEST(DenseGradient, RefusesAnotherShardsChunkAndNamesIt) {
@@ -175,13 +172,11 @@ TEST(DenseGradient, RefusesAnotherShardsChunkAndNamesIt) {
   const int64_t id = l.foreign();
   const int64_t n = l.placement.chunks[id].num_elements;
   std::vector<float> g(n, 0.5f);
-  DenseGradient out;
-  absl::Status s = PrepareDenseGradient(
-      l.layout(),
-      {Contiguous(
-          id, FLOAT32, n,
-          absl::string_view(reinterpret_cast<const char*>(g.data()), n * 4))},
-      false, false, &out);
+  const PushChunk c = Contiguous(
+      id, FLOAT32, n,
+      absl::string_view(reinterpret_cast<const char*>(g.data()), n * 4));
+  const absl::Status s =
+      PrepareDenseGradient(l.layout(), {c}, false, false).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("lives on shard 1, not on shard 0"),
             std::string::npos)

@@ -14,13 +14,14 @@
 
 namespace ps::server {
 
-struct StagedGrad {
-  int64_t step = -1;
-  std::vector<float> grad;
-  bool final = false;  // pushed with chunks_final
-};
-
 struct DenseChunk {
+  // A worker's gradient of the open step.
+  struct StagedGrad {
+    int64_t step = -1;
+    std::vector<float> grad;
+    bool final = false;  // pushed with chunks_final
+  };
+
   explicit DenseChunk(const Chunk& c) : chunk(c) {}
   const Chunk chunk;
   absl::Mutex mu;
@@ -172,13 +173,13 @@ DenseTable::~DenseTable() = default;
 
 absl::StatusOr<std::unique_ptr<PreparedGradient>> DenseTable::Prepare(
     const PushArgs& args, bool apply_now) const {
-  auto gradient = std::make_unique<DenseGradient>();
   // The NaN/Inf check in the apply's pass, not a pass of its own.
   const bool checked_apply = apply_now && optimizer_->CanApplyChecked();
   const DenseLayout layout = {job_id_, shard_index_, placement_.get(),
                               local_index_};
-  PS_RETURN_IF_ERROR(PrepareDenseGradient(layout, args.chunks, checked_apply,
-                                          allow_nonfinite_, gradient.get()));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<DenseGradient> gradient,
+                      PrepareDenseGradient(layout, args.chunks, checked_apply,
+                                           allow_nonfinite_));
   return gradient;
 }
 
@@ -280,7 +281,7 @@ StageResult DenseTable::Stage(const PushArgs& args, PreparedGradient& gradient,
       result.applied_early.push_back(local);
       continue;
     }
-    StagedGrad& st = chunk.staged[request.worker_id];
+    DenseChunk::StagedGrad& st = chunk.staged[request.worker_id];
     if (st.step != step) {
       st.step = step;
       st.grad.assign(grad.begin(), grad.end());
@@ -419,8 +420,8 @@ absl::Status DenseTable::CompatibleModel(
   return absl::OkStatus();
 }
 
-bool DenseTable::PlanRestore(const std::vector<CheckpointData>& files,
-                             std::vector<RestoreCopy>* copies) const {
+std::optional<std::vector<DenseTable::RestoreCopy>> DenseTable::PlanRestore(
+    const std::vector<CheckpointData>& files) const {
   // Index ranges by tensor name, then find every overlap with the chunks.
   absl::flat_hash_map<std::string, std::vector<const CheckpointRange*>> by_name;
   for (const CheckpointData& f : files) {
@@ -428,6 +429,7 @@ bool DenseTable::PlanRestore(const std::vector<CheckpointData>& files,
       by_name[r.tensor_name].push_back(&r);
     }
   }
+  std::vector<RestoreCopy> copies;
   std::vector<int64_t> covered(chunks_.size(), 0);
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const Chunk& c = chunks_[i]->chunk;
@@ -438,23 +440,21 @@ bool DenseTable::PlanRestore(const std::vector<CheckpointData>& files,
       const int64_t to = std::min<int64_t>(c.offset + c.num_elements,
                                            r->offset + r->weights.size());
       if (from < to) {
-        copies->push_back({i, r, from, to});
+        copies.push_back({i, r, from, to});
         covered[i] += to - from;
       }
     }
   }
-  bool complete = true;
   for (size_t i = 0; i < chunks_.size(); ++i) {
-    complete = complete && covered[i] == chunks_[i]->chunk.num_elements;
+    if (covered[i] != chunks_[i]->chunk.num_elements) return std::nullopt;
   }
-  return complete;
+  return copies;
 }
 
 absl::Status DenseTable::CheckRestore(
     const std::vector<CheckpointData>& files) const {
   PS_RETURN_IF_ERROR(CompatibleModel(files));
-  std::vector<RestoreCopy> copies;
-  if (!PlanRestore(files, &copies)) {
+  if (!PlanRestore(files).has_value()) {
     return absl::FailedPreconditionError(
         "it does not cover this shard's tensors (a different model?)");
   }
@@ -462,9 +462,9 @@ absl::Status DenseTable::CheckRestore(
 }
 
 void DenseTable::Restore(const std::vector<CheckpointData>& files) {
-  std::vector<RestoreCopy> copies;
-  PlanRestore(files, &copies);
-  for (const RestoreCopy& cp : copies) {
+  const std::optional<std::vector<RestoreCopy>> copies = PlanRestore(files);
+  if (!copies.has_value()) return;  // CheckRestore refused them
+  for (const RestoreCopy& cp : *copies) {
     DenseChunk& chunk = *chunks_[cp.chunk];
     absl::MutexLock cl(&chunk.mu);
     const int64_t dst = cp.from - chunk.chunk.offset;

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,10 +87,10 @@ class DenseTable final : public Table {
                             absl::Span<const absl::Span<const float>> grads);
   // The same model and optimizer as `files` were written with.
   absl::Status CompatibleModel(const std::vector<CheckpointData>& files) const;
-  // What `files` hold of this shard's chunks; false if they do not cover
+  // What `files` hold of this shard's chunks; nullopt if they do not cover
   // every chunk.
-  bool PlanRestore(const std::vector<CheckpointData>& files,
-                   std::vector<RestoreCopy>* copies) const;
+  std::optional<std::vector<RestoreCopy>> PlanRestore(
+      const std::vector<CheckpointData>& files) const;
 
   const std::string job_id_;
   const int shard_index_;

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status.h"
-#include "server/shard/log_line.h"
+#include "server/shard/shard_log.h"
 
 namespace ps::server {
 
@@ -140,9 +140,9 @@ absl::StatusOr<bool> JobCheckpoints::Restore(Job& job, int64_t max_version) {
     absl::StatusOr<std::vector<CheckpointData>> files =
         ReadAcceptedSet(fs_, job, set);
     if (!files.ok()) {
-      LogLine(absl::StrCat("job ", job.id, ": refusing checkpoint version ",
-                           set.version, ": ", files.status().message(),
-                           "; falling back to the previous one"));
+      ShardLog(absl::StrCat("job ", job.id, ": refusing checkpoint version ",
+                            set.version, ": ", files.status().message(),
+                            "; falling back to the previous one"));
       continue;
     }
     {
@@ -151,7 +151,7 @@ absl::StatusOr<bool> JobCheckpoints::Restore(Job& job, int64_t max_version) {
     }
     absl::MutexLock jl(&job.mu);
     job.version = set.version;
-    LogLine(
+    ShardLog(
         absl::StrCat("job ", job.id, ": restored checkpoint version ",
                      set.version, " written by ",
                      set.paths.size() == 1 && set.num_shards > 1

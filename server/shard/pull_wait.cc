@@ -33,8 +33,8 @@ std::string WaitedFor(const Job& job, const PullArgs& args)
 
 }  // namespace
 
-absl::Status AwaitPull(Job& job, const PullArgs& args, absl::Time deadline,
-                       PullResult* result) {
+absl::StatusOr<int64_t> AwaitPull(Job& job, const PullArgs& args,
+                                  absl::Time deadline) {
   absl::MutexLock jl(&job.mu);
   auto it = job.workers.find(args.worker_id);
   if (it == job.workers.end() || !it->second.active) {
@@ -86,8 +86,7 @@ absl::Status AwaitPull(Job& job, const PullArgs& args, absl::Time deadline,
   if (job.shutting_down) {
     return absl::UnavailableError("the parameter server is shutting down");
   }
-  result->min_clock = job.MinActiveClock();
-  return absl::OkStatus();
+  return job.MinActiveClock();
 }
 
 }  // namespace ps::server

@@ -9,14 +9,15 @@
 
 namespace ps::server {
 
-absl::Status ApplyPush(Job& job, const PushArgs& args,
-                       const Admission& admission, PreparedPush& prepared,
-                       AppliedEarly* applied_early) {
+absl::StatusOr<AppliedEarly> ApplyPush(Job& job, const PushArgs& args,
+                                       const Admission& admission,
+                                       PreparedPush& prepared) {
   const bool bsp = job.model() == ConsistencySpec::BSP;
   const absl::Time start = absl::Now();
   int64_t bytes = 0;
   int64_t early_dropped = 0;
-  if (bsp) applied_early->assign(job.tables.size(), {});
+  AppliedEarly applied_early;
+  if (bsp) applied_early.resize(job.tables.size());
   {
     absl::ReaderMutexLock al(&job.apply_mu);
     StageRequest request;
@@ -31,7 +32,7 @@ absl::Status ApplyPush(Job& job, const PushArgs& args,
       if (bsp) {
         StageResult staged = table.Stage(args, gradient, request);
         early_dropped += staged.dropped;
-        (*applied_early)[t] = std::move(staged.applied_early);
+        applied_early[t] = std::move(staged.applied_early);
         continue;
       }
       if (absl::Status s = table.ApplyNow(args, gradient, admission.rate);
@@ -57,7 +58,7 @@ absl::Status ApplyPush(Job& job, const PushArgs& args,
     }
   }
   if (early_dropped > 0) job.CountDropped(early_dropped);
-  return absl::OkStatus();
+  return applied_early;
 }
 
 absl::Status FinishPush(Job& job, const PushArgs& args, absl::Time deadline,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/shard/job.h"
 #include "server/shard/push_pull.h"
@@ -23,12 +24,12 @@ using AppliedEarly = std::vector<std::vector<int>>;
 // Applies (ASP/SSP: Table::ApplyNow with admission.rate) or stages (BSP:
 // Table::Stage) the push on every table under job.apply_mu (shared), then
 // counts it: pushes, bytes in, staleness, apply time (ASP/SSP), and parts
-// dropped as too late. INVALID_ARGUMENT if a table's deferred NaN/Inf
-// check refused it: nothing changed, the push's number is used up and it
-// counts as rejected.
-absl::Status ApplyPush(Job& job, const PushArgs& args,
-                       const Admission& admission, PreparedPush& prepared,
-                       AppliedEarly* applied_early)
+// dropped as too late. Returns the parts applied early. INVALID_ARGUMENT if
+// a table's deferred NaN/Inf check refused the push: nothing changed, its
+// number is used up and it counts as rejected.
+absl::StatusOr<AppliedEarly> ApplyPush(Job& job, const PushArgs& args,
+                                       const Admission& admission,
+                                       PreparedPush& prepared)
     ABSL_LOCKS_EXCLUDED(job.apply_mu, job.mu);
 
 // The end of an applied push, under job.mu: records the parts applied

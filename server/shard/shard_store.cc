@@ -21,10 +21,10 @@
 #include "server/shard/job.h"
 #include "server/shard/job_checkpoint.h"
 #include "server/shard/job_setup.h"
-#include "server/shard/log_line.h"
 #include "server/shard/pull_wait.h"
 #include "server/shard/push_apply.h"
 #include "server/shard/push_validation.h"
+#include "server/shard/shard_log.h"
 #include "server/shard/shard_status.h"
 
 namespace ps::server {
@@ -111,12 +111,15 @@ class ShardStoreImpl final : public ShardStore {
     }
     return job;
   }
-  // SetupJob of a job this shard holds: with replace, tears the old one
-  // down and returns it in `replaced` (nullopt response); otherwise the
-  // current state if the spec and layout match. Null job: not set up.
-  absl::StatusOr<std::optional<SetupJobResponse>> SetupExisting(
-      const SetupJobRequest& request, const JobSpec& spec,
-      std::shared_ptr<Job>* replaced);
+  // SetupJob of a job this shard may hold already.
+  struct Existing {
+    // The job's current state (same spec and layout): SetupJob is done.
+    std::optional<SetupJobResponse> response;
+    // With replace: the old job, torn down.
+    std::shared_ptr<Job> replaced;
+  };
+  absl::StatusOr<Existing> SetupExisting(const SetupJobRequest& request,
+                                         const JobSpec& spec);
   // A new job's restore, start version, members and metrics (SetupJob).
   absl::StatusOr<bool> StartJob(Job& job, const SetupJobRequest& request);
   // BSP: closes step `step` with the gradients of `workers`.
@@ -136,24 +139,24 @@ class ShardStoreImpl final : public ShardStore {
   bool work_shutdown_ ABSL_GUARDED_BY(work_mu_) = false;
 };
 
-absl::StatusOr<std::optional<SetupJobResponse>> ShardStoreImpl::SetupExisting(
-    const SetupJobRequest& request, const JobSpec& spec,
-    std::shared_ptr<Job>* replaced) {
+absl::StatusOr<ShardStoreImpl::Existing> ShardStoreImpl::SetupExisting(
+    const SetupJobRequest& request, const JobSpec& spec) {
   absl::MutexLock l(&mu_);
   if (shutting_down_) {
     return absl::UnavailableError("the parameter server is shutting down");
   }
+  Existing existing;
   auto it = jobs_.find(request.job_id());
-  if (it == jobs_.end()) return std::nullopt;
+  if (it == jobs_.end()) return existing;
   if (request.replace()) {
     // A job-wide rollback: the job starts again from a checkpoint; calls
     // still waiting on the old state are released with UNAVAILABLE.
-    *replaced = it->second;
+    existing.replaced = it->second;
     jobs_.erase(it);
-    absl::MutexLock jl(&(*replaced)->mu);
-    (*replaced)->torn_down = true;
-    (*replaced)->replaced = true;
-    return std::nullopt;
+    absl::MutexLock jl(&existing.replaced->mu);
+    existing.replaced->torn_down = true;
+    existing.replaced->replaced = true;
+    return existing;
   }
   Job& job = *it->second;
   if (job.spec.SerializeAsString() != spec.SerializeAsString() ||
@@ -164,11 +167,11 @@ absl::StatusOr<std::optional<SetupJobResponse>> ShardStoreImpl::SetupExisting(
                      "' is already set up on this shard with a different spec "
                      "or shard layout; tear it down first"));
   }
-  SetupJobResponse response;
+  SetupJobResponse& response = existing.response.emplace();
   absl::MutexLock jl(&job.mu);
   response.set_version(job.version);
   response.set_num_chunks(job.placement->shard_chunks[job.shard_index].size());
-  return response;
+  return existing;
 }
 
 absl::StatusOr<bool> ShardStoreImpl::StartJob(Job& job,
@@ -181,9 +184,9 @@ absl::StatusOr<bool> ShardStoreImpl::StartJob(Job& job,
   absl::MutexLock jl(&job.mu);
   if (request.start_version() > 0) {
     if (job.version != request.start_version()) {
-      LogLine(absl::StrCat("job ", job.id, ": continuing the weights of ",
-                           "version ", job.version, " as version ",
-                           request.start_version()));
+      ShardLog(absl::StrCat("job ", job.id, ": continuing the weights of ",
+                            "version ", job.version, " as version ",
+                            request.start_version()));
     }
     job.version = request.start_version();
   }
@@ -198,19 +201,17 @@ absl::StatusOr<bool> ShardStoreImpl::StartJob(Job& job,
 absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
     const SetupJobRequest& request) {
   PS_ASSIGN_OR_RETURN(const JobSpec spec, CheckSetupRequest(request));
-  std::shared_ptr<Job> replaced;
-  PS_ASSIGN_OR_RETURN(std::optional<SetupJobResponse> existing,
-                      SetupExisting(request, spec, &replaced));
-  if (existing.has_value()) return *existing;
-  if (replaced != nullptr) {
+  PS_ASSIGN_OR_RETURN(Existing existing, SetupExisting(request, spec));
+  if (existing.response.has_value()) return *std::move(existing.response);
+  if (existing.replaced != nullptr) {
     // Its states taken at multiples of every_versions but not yet written
     // are restore candidates too (the other shards may hold those versions).
-    absl::Status s = checkpoints_.WritePending(*replaced);
+    absl::Status s = checkpoints_.WritePending(*existing.replaced);
     if (!s.ok()) {
-      LogLine(absl::StrCat("job ", request.job_id(),
-                           ": writing its pending checkpoints before the "
-                           "rollback failed: ",
-                           s.message()));
+      ShardLog(absl::StrCat("job ", request.job_id(),
+                            ": writing its pending checkpoints before the "
+                            "rollback failed: ",
+                            s.message()));
     }
   }
   PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, NewJob(request, spec));
@@ -234,9 +235,9 @@ absl::StatusOr<SetupJobResponse> ShardStoreImpl::SetupJob(
     return absl::AbortedError(absl::StrCat(
         "job '", job->id, "' was set up concurrently; retry SetupJob"));
   }
-  LogLine(absl::StrCat("job ", job->id, ": shard ", job->shard_index, " of ",
-                       job->num_shards, ", ", num_chunks, " chunks, version ",
-                       response.version(), restored ? " (restored)" : ""));
+  ShardLog(absl::StrCat("job ", job->id, ": shard ", job->shard_index, " of ",
+                        job->num_shards, ", ", num_chunks, " chunks, version ",
+                        response.version(), restored ? " (restored)" : ""));
   return response;
 }
 
@@ -320,9 +321,8 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
       return result;
     }
   }
-  AppliedEarly applied_early;
-  PS_RETURN_IF_ERROR(
-      ApplyPush(*job, args, admission, prepared, &applied_early));
+  PS_ASSIGN_OR_RETURN(const AppliedEarly applied_early,
+                      ApplyPush(*job, args, admission, prepared));
   std::vector<int64_t> take;
   PS_RETURN_IF_ERROR(
       FinishPush(*job, args, deadline, applied_early, &result, &take));
@@ -342,7 +342,7 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
     PS_RETURN_IF_ERROR(table->CheckPull(args));
   }
   PullResult result;
-  PS_RETURN_IF_ERROR(AwaitPull(*job, args, deadline, &result));
+  PS_ASSIGN_OR_RETURN(result.min_clock, AwaitPull(*job, args, deadline));
   int64_t bytes = 0;
   {
     absl::ReaderMutexLock al(&job->apply_mu);

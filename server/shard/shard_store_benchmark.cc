@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "benchmark/benchmark.h"
 #include "common/placement.h"
+#include "common/process.h"
 #include "proto/config.pb.h"
 #include "proto/parameter_service.pb.h"
 #include "server/shard/shard_store.h"
@@ -152,4 +153,12 @@ BENCHMARK(BM_Pull)->Arg(1 << 20)->Arg(16 << 20)->UseRealTime();
 }  // namespace
 }  // namespace ps::server
 
-BENCHMARK_MAIN();
+// As the daemons: absl's lock-order graph off (it costs on every lock).
+int main(int argc, char** argv) {
+  ps::DisableMutexDeadlockDetection();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
