@@ -174,7 +174,8 @@ class Table {
 
   // OK if `files` (one checkpoint, any shard layout) cover this table's
   // state on this shard and were written for the same model and optimizer;
-  // FAILED_PRECONDITION saying what differs otherwise.
+  // otherwise an error saying what differs (FAILED_PRECONDITION) or what
+  // the files' model spec lacks.
   virtual absl::Status CheckRestore(
       const std::vector<CheckpointData>& files) const = 0;
 
