@@ -1,7 +1,9 @@
 // The training loop of one worker for one job: batches from the prefetcher,
-// weights pulled from the parameter servers, forward/backward on the
-// worker's device through kernels/, gradients pushed tensor by tensor, the
-// clock advanced; metrics and (on the evaluator) test accuracy reported.
+// each step run by the step pipeline (worker/step_pipeline.h: weights
+// pulled, forward/backward on the worker's device, gradients pushed as they
+// are produced, the step ended), the clock advanced; metrics reported in
+// windows (worker/metric_window.h) and, on the evaluator, test accuracy
+// (worker/evaluator.h).
 #ifndef PS_WORKER_TRAINER_H_
 #define PS_WORKER_TRAINER_H_
 
@@ -14,17 +16,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "proto/coordinator_service.pb.h"
 #include "worker/dataset.h"
+#include "worker/metric_window.h"
 #include "worker/parameter_access.h"
 
 namespace ps::worker {
-
-// Where metric points go (the coordinator, in the daemon).
-using MetricSink =
-    std::function<void(std::vector<MetricPoint> points, bool done)>;
 
 struct TrainerOptions {
   // How often (in steps) to send train_loss, examples_per_sec and the step
@@ -59,13 +57,6 @@ absl::StatusOr<TrainResult> Train(
     ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
     const TrainerOptions& options = {},
     std::function<std::vector<int>()> current_data_shards = nullptr);
-
-// The row boundaries at which the trainer cuts the first layer's weight
-// (`shape` [rows, width]) into blocks: among the parameter servers' chunk
-// boundaries (`parts`, element offsets) those that fall between rows, thinned
-// out to blocks of at least 384 KB and at most 8 blocks.
-std::vector<int64_t> FirstLayerRowSplits(const std::vector<int64_t>& parts,
-                                         const std::vector<int64_t>& shape);
 
 // Steps each worker runs for the job (the same on every worker).
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,

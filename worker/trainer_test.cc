@@ -13,6 +13,7 @@
 #include "common/model.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_emulated_backend.h"
+#include "worker/step_pipeline.h"
 
 namespace ps::worker {
 namespace {

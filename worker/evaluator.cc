@@ -1,0 +1,59 @@
+#include "worker/evaluator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "common/status.h"
+
+namespace ps::worker {
+
+absl::StatusOr<TestScore> ScoreOnTestSet(TrainableModel* model,
+                                         const Dataset& test, int64_t n) {
+  constexpr int64_t kEvalBatch = 1000;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
+    const int64_t len = std::min(kEvalBatch, n - begin);
+    PS_ASSIGN_OR_RETURN(const ModelEvaluation e,
+                        model->Evaluate(test, begin, len));
+    loss_sum += e.loss * e.examples;
+    correct += e.correct;
+  }
+  return TestScore{static_cast<double>(correct) / n, loss_sum / n};
+}
+
+Evaluator::Evaluator(std::shared_ptr<const Dataset> test,
+                     const MetricStamp* stamp, MetricSink sink,
+                     EvaluatorOptions options, int64_t start_clock)
+    : test_(std::move(test)),
+      stamp_(stamp),
+      sink_(std::move(sink)),
+      options_(std::move(options)),
+      next_eval_((start_clock / options_.eval_every_steps + 1) *
+                 options_.eval_every_steps) {}
+
+absl::Status Evaluator::EvaluateDue(TrainableModel* model, int64_t clock) {
+  PS_RETURN_IF_ERROR(Evaluate(model, clock));
+  next_eval_ =
+      (clock / options_.eval_every_steps + 1) * options_.eval_every_steps;
+  return absl::OkStatus();
+}
+
+absl::Status Evaluator::Evaluate(TrainableModel* model, int64_t step) {
+  if (!IsEvaluator() || test_ == nullptr) return absl::OkStatus();
+  const int64_t n =
+      options_.eval_examples > 0
+          ? std::min<int64_t>(options_.eval_examples, test_->num_examples)
+          : test_->num_examples;
+  PS_ASSIGN_OR_RETURN(const TestScore score, ScoreOnTestSet(model, *test_, n));
+  test_accuracy_ = score.accuracy;
+  sink_({stamp_->Point("test_accuracy", score.accuracy, step),
+         stamp_->Point("test_loss", score.loss, step)},
+        false);
+  std::fprintf(stderr, "worker: step %lld test accuracy %.4f loss %.4f\n",
+               static_cast<long long>(step), score.accuracy, score.loss);
+  return absl::OkStatus();
+}
+
+}  // namespace ps::worker

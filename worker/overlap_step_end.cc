@@ -1,0 +1,97 @@
+#include "worker/overlap_step_end.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/status.h"
+
+namespace ps::worker {
+
+absl::StatusOr<std::unique_ptr<OverlapStepEnd>> OverlapStepEnd::Create(
+    TrainableModel* model, kernels::Backend* backend, ParameterStaging* staging,
+    ParameterAccess* params) {
+  std::unique_ptr<OverlapStepEnd> o(new OverlapStepEnd(model, staging, params));
+  for (const kernels::ParameterInfo& p : model->parameters()) {
+    if (staging->direct()) {
+      PS_ASSIGN_OR_RETURN(kernels::DeviceBuffer g,
+                          backend->AllocateArray<float>(p.size));
+      PS_ASSIGN_OR_RETURN(kernels::DeviceBuffer w,
+                          backend->AllocateArray<float>(p.size));
+      o->spare_grads_.push_back(std::move(g));
+      o->spare_weights_.push_back(std::move(w));
+    } else {
+      o->host_grads_.emplace_back(p.size);
+      o->host_weights_.emplace_back(p.size);
+    }
+  }
+  return o;
+}
+
+absl::StatusOr<ParameterAccess::StepEnd> OverlapStepEnd::TakeArrivedWeights() {
+  ParameterAccess::PendingStepEnd pending = std::move(in_flight_);
+  in_flight_ = nullptr;
+  PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end, pending());
+  const std::vector<absl::Span<float>> weights = staging_->Weights();
+  for (int i = 0; i < model_->num_parameters(); ++i) {
+    if (staging_->direct()) {
+      // The weights that arrived become the model's; its previous ones, no
+      // longer read, receive the next.
+      PS_RETURN_IF_ERROR(model_->SwapParameterBuffer(i, spare_weights_[i]));
+    } else {
+      std::copy(host_weights_[i].begin(), host_weights_[i].end(),
+                weights[i].begin());
+    }
+  }
+  return end;
+}
+
+absl::StatusOr<OverlapStepEnd::Ended> OverlapStepEnd::EndStep(int64_t clock,
+                                                              int64_t version,
+                                                              bool last) {
+  Ended ended;
+  if (in_flight_) {
+    PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end,
+                        TakeArrivedWeights());
+    ended.staleness += static_cast<double>(end.staleness);
+    ended.staleness_ends++;
+    ended.next_version = end.version;
+  } else {
+    ended.next_version = version;  // the first step: the same weights
+  }
+  // This step's gradient goes out from the spare buffers (the previous
+  // step's push, which read them, is over); the model backpropagates the
+  // next step into the ones they held.
+  const bool direct = staging_->direct();
+  for (int i = 0; i < model_->num_parameters(); ++i) {
+    PS_RETURN_IF_ERROR(direct ? model_->SwapGradientBuffer(i, spare_grads_[i])
+                              : model_->GetGradientRange(
+                                    i, 0, absl::MakeSpan(host_grads_[i])));
+  }
+  std::vector<absl::Span<const float>> grads;
+  std::vector<absl::Span<float>> next;
+  for (int i = 0; i < model_->num_parameters(); ++i) {
+    const int64_t n = model_->parameters()[i].size;
+    grads.push_back(
+        absl::MakeConstSpan(direct ? static_cast<float*>(spare_grads_[i].data())
+                                   : host_grads_[i].data(),
+                            n));
+    next.push_back(
+        absl::MakeSpan(direct ? static_cast<float*>(spare_weights_[i].data())
+                              : host_weights_[i].data(),
+                       n));
+  }
+  if (!last) {
+    in_flight_ = params_->StartStepEnd(clock, version, std::move(grads),
+                                       std::move(next));
+    return ended;
+  }
+  for (int i = 0; i < model_->num_parameters(); ++i) {
+    PS_RETURN_IF_ERROR(params_->Push(clock, version, i, grads[i]));
+  }
+  PS_ASSIGN_OR_RETURN(const int64_t staleness, params_->Finish(clock));
+  ended.staleness += static_cast<double>(staleness);
+  ended.staleness_ends++;
+  return ended;
+}
+
+}  // namespace ps::worker

@@ -1,0 +1,108 @@
+#include "worker/pipeline_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "proto/config.pb.h"
+#include "worker/mlp_model.h"
+
+namespace ps::worker {
+
+std::unique_ptr<TrainableModel> TinyModel(kernels::Backend* backend) {
+  ModelSpec spec;
+  spec.mutable_mlp()->set_input_dim(kTinyInput);
+  spec.mutable_mlp()->add_hidden(3);
+  spec.mutable_mlp()->set_num_classes(2);
+  absl::StatusOr<std::unique_ptr<TrainableModel>> model =
+      CreateMlpModel(spec, kTinyInput, backend);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return nullptr;
+  for (int i = 0; i < (*model)->num_parameters(); ++i) {
+    std::vector<float> w((*model)->parameters()[i].size);
+    for (size_t j = 0; j < w.size(); ++j) {
+      w[j] = 0.1f * static_cast<float>((j * 7 + i * 3) % 11) - 0.5f;
+    }
+    EXPECT_TRUE((*model)->SetParameterRange(i, 0, w).ok());
+  }
+  return *std::move(model);
+}
+
+std::vector<float> ReadParameter(kernels::Backend* backend,
+                                 TrainableModel* model, int index) {
+  kernels::DeviceSpan<float> p = model->parameter(index);
+  std::vector<float> out(p.size);
+  EXPECT_TRUE(
+      backend->CopyToHost(p.data, out.data(), p.size * sizeof(float)).ok());
+  return out;
+}
+
+double GradientSum(TrainableModel* model, int index) {
+  std::vector<float> g(model->parameters()[index].size);
+  EXPECT_TRUE(model->GetGradientRange(index, 0, absl::MakeSpan(g)).ok());
+  double sum = 0;
+  for (float x : g) sum += x;
+  return sum;
+}
+
+Batch TinyBatch(int size, int seed) {
+  const size_t bytes = size * (kTinyInput * sizeof(float) + sizeof(int32_t));
+  Batch b;
+  b.size = size;
+  b.example_size = kTinyInput;
+  b.buffer = HeapHostBuffer(bytes);
+  float* x = static_cast<float*>(b.buffer.data());
+  for (int i = 0; i < size * kTinyInput; ++i) {
+    x[i] = 0.25f * static_cast<float>((i * 5 + seed * 3) % 9) - 1.0f;
+  }
+  int32_t* y = reinterpret_cast<int32_t*>(x + size * kTinyInput);
+  for (int i = 0; i < size; ++i) y[i] = (i + seed) % 2;
+  return b;
+}
+
+RecordingAccess::RecordingAccess(const TrainableModel& model) {
+  for (const kernels::ParameterInfo& p : model.parameters()) {
+    sizes_.push_back(p.size);
+  }
+}
+
+absl::StatusOr<int64_t> RecordingAccess::Pull(
+    int64_t clock, std::vector<absl::Span<float>> tensors) {
+  log.push_back(absl::StrCat("pull ", clock));
+  if (tensors.size() != sizes_.size()) {
+    return absl::InvalidArgumentError("tensor count");
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (static_cast<int64_t>(tensors[i].size()) != sizes_[i]) {
+      return absl::InvalidArgumentError("tensor size");
+    }
+    for (float& x : tensors[i]) x = PulledValue(clock);
+  }
+  return version_at ? version_at(clock) : finishes;
+}
+
+absl::Status RecordingAccess::Push(int64_t clock, int64_t base_version,
+                                   int index, absl::Span<const float> grad) {
+  log.push_back(absl::StrCat("push ", clock, " ", base_version, " ", index, " ",
+                             grad.size()));
+  double& sum = grad_sums[{clock, index}];
+  for (float g : grad) sum += g;
+  return push_status;
+}
+
+absl::StatusOr<int64_t> RecordingAccess::Finish(int64_t clock) {
+  log.push_back(absl::StrCat("finish ", clock));
+  ++finishes;
+  return staleness;
+}
+
+std::vector<std::string> Lines(const std::vector<std::string>& log,
+                               const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const std::string& l : log) {
+    if (absl::StartsWith(l, prefix)) out.push_back(l);
+  }
+  return out;
+}
+
+}  // namespace ps::worker
