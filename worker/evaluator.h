@@ -32,7 +32,7 @@ struct EvaluatorOptions {
   // How many test examples; 0: all of them.
   int64_t eval_examples = 0;
   // Whether this worker evaluates now (the role moves when the coordinator
-  // evicts the evaluator); asked at every evaluation.
+  // evicts the evaluator); asked at every evaluation. Required.
   std::function<bool()> is_evaluator;
 };
 

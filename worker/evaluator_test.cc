@@ -17,7 +17,7 @@ namespace {
 // correct = count / 2 and loss = 1 + begin / 1000. Records the ranges.
 class ScriptedModel : public TrainableModel {
  public:
-  const std::vector<kernels::ParameterInfo>& parameters() const override {
+  const std::vector<ParameterInfo>& parameters() const override {
     return none_;
   }
   bool SplitsRows(int) const override { return false; }
@@ -52,7 +52,7 @@ class ScriptedModel : public TrainableModel {
   absl::Status status;
 
  private:
-  std::vector<kernels::ParameterInfo> none_;
+  std::vector<ParameterInfo> none_;
 };
 
 std::shared_ptr<const Dataset> TestSet(int64_t n) {

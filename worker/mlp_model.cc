@@ -18,10 +18,14 @@ kernels::Activation ToKernels(Activation a) {
 // fc0/weight, parameter 0, has row blocks there).
 class MlpModel final : public TrainableModel {
  public:
-  explicit MlpModel(std::unique_ptr<kernels::Mlp> mlp) : mlp_(std::move(mlp)) {}
+  explicit MlpModel(std::unique_ptr<kernels::Mlp> mlp) : mlp_(std::move(mlp)) {
+    for (const kernels::ParameterInfo& p : mlp_->parameters()) {
+      info_.push_back({p.name, p.shape, p.size});
+    }
+  }
 
-  const std::vector<kernels::ParameterInfo>& parameters() const override {
-    return mlp_->parameters();
+  const std::vector<ParameterInfo>& parameters() const override {
+    return info_;
   }
   bool SplitsRows(int index) const override { return index == 0; }
   kernels::DeviceSpan<float> parameter(int index) override {
@@ -77,6 +81,7 @@ class MlpModel final : public TrainableModel {
 
  private:
   const std::unique_ptr<kernels::Mlp> mlp_;
+  std::vector<ParameterInfo> info_;  // mlp_'s, in its order
 };
 
 }  // namespace

@@ -71,7 +71,7 @@ TEST(MlpModel, ParametersAreTheServersTensorsInTheirOrder) {
   ASSERT_TRUE(tensors.ok());
   ASSERT_EQ((*model)->num_parameters(), static_cast<int>(tensors->size()));
   for (int i = 0; i < (*model)->num_parameters(); ++i) {
-    const kernels::ParameterInfo& p = (*model)->parameters()[i];
+    const ParameterInfo& p = (*model)->parameters()[i];
     const TensorSpec& t = (*tensors)[i];
     EXPECT_EQ(p.name, t.name());
     EXPECT_EQ(p.shape, std::vector<int64_t>(t.shape().begin(), t.shape().end()))

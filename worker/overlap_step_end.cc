@@ -11,7 +11,7 @@ absl::StatusOr<std::unique_ptr<OverlapStepEnd>> OverlapStepEnd::Create(
     TrainableModel* model, kernels::Backend* backend, ParameterStaging* staging,
     ParameterAccess* params) {
   std::unique_ptr<OverlapStepEnd> o(new OverlapStepEnd(model, staging, params));
-  for (const kernels::ParameterInfo& p : model->parameters()) {
+  for (const ParameterInfo& p : model->parameters()) {
     if (staging->direct()) {
       PS_ASSIGN_OR_RETURN(kernels::DeviceBuffer g,
                           backend->AllocateArray<float>(p.size));

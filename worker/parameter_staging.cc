@@ -6,7 +6,7 @@ namespace ps::worker {
 
 ParameterStaging::ParameterStaging(TrainableModel* model, bool direct)
     : model_(model), direct_(direct) {
-  for (const kernels::ParameterInfo& p : model_->parameters()) {
+  for (const ParameterInfo& p : model_->parameters()) {
     weights_.emplace_back(direct_ ? 0 : p.size);
     grads_.emplace_back(direct_ ? 0 : p.size);
   }

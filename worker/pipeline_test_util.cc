@@ -61,7 +61,7 @@ Batch TinyBatch(int size, int seed) {
 }
 
 RecordingAccess::RecordingAccess(const TrainableModel& model) {
-  for (const kernels::ParameterInfo& p : model.parameters()) {
+  for (const ParameterInfo& p : model.parameters()) {
     sizes_.push_back(p.size);
   }
 }

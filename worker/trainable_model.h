@@ -14,17 +14,25 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
-#include "kernels/mlp.h"
 #include "worker/batch_prefetcher.h"
 #include "worker/dataset.h"
 
 namespace ps::worker {
+
+// A dense parameter tensor, as the parameter servers place and initialise
+// it (common/model.h).
+struct ParameterInfo {
+  std::string name;  // e.g. "fc0/weight"
+  std::vector<int64_t> shape;
+  int64_t size = 0;  // elements
+};
 
 // Hooks a step calls so that a worker can overlap its transfers with it.
 struct ModelStepHooks {
@@ -62,7 +70,7 @@ class TrainableModel {
 
   // The dense parameter tensors in the parameter servers' order
   // (common/model.h ExpandModel).
-  virtual const std::vector<kernels::ParameterInfo>& parameters() const = 0;
+  virtual const std::vector<ParameterInfo>& parameters() const = 0;
   int num_parameters() const { return static_cast<int>(parameters().size()); }
   // Whether parameter `index` can be used in row blocks
   // (ModelStepHooks::row_splits).
