@@ -90,7 +90,8 @@ struct ParameterClientOptions {
   // once, and keeps its core busy meanwhile. For a worker waiting on its
   // next weights with a core of its own (tools/train_bench, BSP at batch
   // 128: 0.62 of the compute-only loop with 300 us against 0.57 without,
-  // README); not where the machine's cores are all taken.
+  // docs/performance.md, "Polling for weights"); not where the machine's
+  // cores are all taken.
   absl::Duration wait_spin = absl::ZeroDuration();
 };
 
