@@ -4,38 +4,37 @@
 //   ps_bench --seconds_per_case=1.5 --out=/tmp/ps_bench.md
 //
 // For each dense model size x shards x workers it runs in-process ps_server
-// shards (ShardStore + ParameterService on 127.0.0.1:0) and worker threads
-// with their own ParameterClient doing ASP steps: push every tensor's
-// gradient with the end of step and get every tensor's new weights back in
-// its answer (EndStepAndPull, as workers do; --fused=false: a separate pull,
-// then the pushes and the end of step). Reported: push+pull GB/s (payload
-// bytes of both directions) and the median step latency. Ceilings: a plain
-// TCP socket ping-pong, and gRPC echoing raw grpc::ByteBuffer slices (no
-// protobuf) on 1 and 2 connections, both carrying the same bytes in the same
-// piece size as the parameter client. With --pairs=N, the 1-shard 1-worker
-// case and the raw echo (same connections) are measured in turn N times per
-// size and the ratio summarised by its median and range: loopback figures
-// on a small machine drift between measurements. Last: server-side SGD apply
-// GB/s (the optimizer loop, and the whole shard Push path) vs memcpy.
+// shards (ShardStore + ParameterService on 127.0.0.1:0) and workers, each
+// with its own ParameterClient doing ASP steps (tools/bench_worker.h): push
+// every tensor's gradient with the end of step and get every tensor's new
+// weights back in its answer (EndStepAndPull, as workers do; --fused=false:
+// a separate pull, then the pushes and the end of step). Workers are threads
+// of this process, or with --worker_processes processes of their own (this
+// binary run again, tools/worker_processes.h), as deployments run them.
+// Reported: push+pull GB/s (payload bytes of both directions) of all
+// workers and of each, the median step latency and, where the workers do
+// not share their process with shards, the workers' CPU time per step.
+// Ceilings: a plain TCP socket ping-pong, and gRPC echoing raw
+// grpc::ByteBuffer slices (no protobuf) on 1 and 2 connections, both
+// carrying the same bytes in the same piece size as the parameter client
+// (tools/ps_bench_ceilings.h). With --pairs=N, the 1-shard 1-worker case and
+// the raw echo (same connections) are measured in turn N times per size and
+// the ratio summarised by its median and range: loopback figures on a small
+// machine drift between measurements. Last: server-side SGD apply GB/s (the
+// optimizer loop, and the whole shard Push path) vs memcpy.
 //
 // --servers=HOST:PORT,... measures running ps_server processes instead (one
 // shard each; the jobs are set up and torn down through their RPCs), over
 // whatever network lies between, and skips the ceilings and the apply,
 // which would measure this host. --ceilings=false skips the ceilings only.
-#include <arpa/inet.h>
-#include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -45,6 +44,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -53,21 +53,32 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/payload_codec.h"
 #include "common/placement.h"
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "server/coordinator/shard_client.h"
-#include "server/optimizer.h"
 #include "server/parameter_service.h"
 #include "server/shard/shard_store.h"
-#include "worker/client/parameter_client.h"
+#include "tools/bench_worker.h"
+#include "tools/ps_bench_ceilings.h"
+#include "tools/worker_processes.h"
 
 ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M,256M",
           "Dense model sizes (bytes of fp32 weights; K/M suffixes).");
 ABSL_FLAG(std::string, shards, "1,2", "Numbers of shards.");
-ABSL_FLAG(std::string, workers, "1,2,4", "Numbers of worker threads.");
+ABSL_FLAG(std::string, workers, "1,2,4",
+          "Numbers of workers (threads of this process, or processes with "
+          "--worker_processes).");
+ABSL_FLAG(bool, worker_processes, false,
+          "Run each worker as a process of its own (this binary, started "
+          "again with --worker_child), as deployments do, instead of a "
+          "thread of this one; each reports its figures and its CPU time "
+          "to this process.");
+ABSL_FLAG(std::string, worker_child, "",
+          "Internal (set by --worker_processes): JOB_ID,WORKER_ID,BYTES of "
+          "the one worker this process runs against --servers, speaking "
+          "to its parent on stdin/stdout.");
 ABSL_FLAG(double, seconds_per_case, 1.5,
           "Measuring time per case (after one warm-up step).");
 ABSL_FLAG(int, min_steps, 3, "At least this many measured steps per worker.");
@@ -101,9 +112,9 @@ ABSL_FLAG(bool, fused, true,
 namespace ps {
 namespace {
 
-using client::ParameterClient;
-using client::ParameterClientOptions;
-using client::Ticket;
+using bench::BenchWorker;
+using bench::BenchWorkerOptions;
+using bench::WorkerFigures;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -114,6 +125,13 @@ double Median(std::vector<double> v) {
 std::string SizeName(int64_t b) {
   if (b >= (1 << 20)) return absl::StrCat(b >> 20, " MB");
   return absl::StrCat(b >> 10, " KB");
+}
+
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec / 1e6;
 }
 
 // --- In-process shards -------------------------------------------------
@@ -158,30 +176,12 @@ void StopShards(std::vector<std::unique_ptr<Shard>>& shards) {
   shards.clear();
 }
 
-// Up to 4 equal tensors ("layers") of fp32 zeros.
-JobSpec DenseSpec(int64_t bytes, int workers) {
-  JobSpec spec;
-  spec.set_name("bench");
-  spec.set_num_workers(workers);
-  const int64_t elements = bytes / 4;
-  const int tensors = elements >= 4096 ? 4 : 1;
-  for (int t = 0; t < tensors; ++t) {
-    TensorSpec* ts = spec.mutable_model()->add_tensors();
-    ts->set_name(absl::StrCat("layer", t));
-    ts->add_shape(elements / tensors);
-    ts->mutable_init()->set_kind(InitializerSpec::ZEROS);
-  }
-  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
-  spec.mutable_optimizer()->set_learning_rate(1e-6f);
-  spec.mutable_consistency()->set_model(ConsistencySpec::ASP);
-  spec.mutable_data()->set_max_steps(1);
-  return spec;
-}
-
 struct CaseResult {
-  double gbps = 0;
-  double step_ms = 0;
+  double gbps = 0;  // all workers
+  double worker_gbps_min = 0, worker_gbps_max = 0;
+  double step_ms = 0;  // median over the workers' median step times
   double steps_per_s = 0;
+  double cpu_ms_per_step = -1;  // the workers' CPU; < 0: not measured
   std::string error;
 };
 
@@ -191,6 +191,123 @@ struct RemoteServers {
   std::string token;
   std::unique_ptr<coordinator::ShardClient> shards;
 };
+
+// The workers' options but for their id.
+BenchWorkerOptions WorkerOptions(const std::vector<std::string>& addresses,
+                                 const std::string& token,
+                                 const std::string& job_id, int64_t bytes) {
+  BenchWorkerOptions o;
+  o.addresses = addresses;
+  o.token = token;
+  o.job_id = job_id;
+  o.bytes = bytes;
+  o.connections = absl::GetFlag(FLAGS_connections);
+  o.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  o.fused = absl::GetFlag(FLAGS_fused);
+  o.seconds = absl::GetFlag(FLAGS_seconds_per_case);
+  o.min_steps = absl::GetFlag(FLAGS_min_steps);
+  return o;
+}
+
+// Worker threads of this process, started together once all are warm.
+// cpu_seconds: this process's CPU time while they measured.
+std::vector<WorkerFigures> RunThreads(const BenchWorkerOptions& options,
+                                      int num_workers, double* cpu_seconds) {
+  std::vector<WorkerFigures> figures(num_workers);
+  std::atomic<int> ready{0};
+  absl::Notification go;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < num_workers; ++w) {
+    threads.emplace_back([&, w] {
+      BenchWorkerOptions mine = options;
+      mine.worker_id = w + 1;
+      absl::StatusOr<std::unique_ptr<BenchWorker>> worker =
+          BenchWorker::Start(mine);
+      ready.fetch_add(1);
+      go.WaitForNotification();
+      if (!worker.ok()) {
+        figures[w].error = worker.status().ToString();
+        return;
+      }
+      figures[w] = (*worker)->Run();
+    });
+  }
+  while (ready.load() < num_workers) absl::SleepFor(absl::Milliseconds(1));
+  const double cpu0 = ProcessCpuSeconds();
+  go.Notify();
+  for (auto& t : threads) t.join();
+  *cpu_seconds = ProcessCpuSeconds() - cpu0;
+  return figures;
+}
+
+// Worker processes: this binary again, with --worker_child. The token
+// travels in their environment, never on a command line.
+absl::StatusOr<std::vector<WorkerFigures>> RunProcesses(
+    const BenchWorkerOptions& options, int num_workers) {
+  std::vector<std::vector<std::string>> argvs;
+  for (int w = 1; w <= num_workers; ++w) {
+    argvs.push_back({
+        "/proc/self/exe",
+        absl::StrCat("--worker_child=", options.job_id, ",", w, ",",
+                     options.bytes),
+        absl::StrCat("--servers=", absl::StrJoin(options.addresses, ",")),
+        absl::StrCat("--connections=", options.connections),
+        absl::StrCat("--max_request_bytes=", options.max_request_bytes),
+        absl::StrCat("--fused=", options.fused ? "true" : "false"),
+        absl::StrCat("--seconds_per_case=", options.seconds),
+        absl::StrCat("--min_steps=", options.min_steps),
+    });
+  }
+  std::vector<std::string> env = {"PS_TOKEN=" + options.token};
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<bench::WorkerProcesses> children,
+                      bench::WorkerProcesses::Start(argvs, env));
+  PS_RETURN_IF_ERROR(children->WaitReady(absl::Now() + absl::Minutes(2)));
+  PS_RETURN_IF_ERROR(children->Go());
+  // Each measures `seconds`, and each step has a bounded wait.
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(options.seconds) + absl::Minutes(3);
+  PS_ASSIGN_OR_RETURN(std::vector<std::string> lines,
+                      children->Results(deadline));
+  std::vector<WorkerFigures> figures;
+  for (const std::string& line : lines) {
+    PS_ASSIGN_OR_RETURN(WorkerFigures f, bench::ParseFigures(line));
+    figures.push_back(std::move(f));
+  }
+  return figures;
+}
+
+// The case's figures from its workers'. GB/s: all the workers' bytes over
+// the longest worker's window (they start together).
+CaseResult Summarize(int64_t bytes, const std::vector<WorkerFigures>& figures,
+                     double shared_cpu_seconds) {
+  CaseResult r;
+  int64_t steps = 0;
+  double window = 0, cpu = 0;
+  bool cpu_known = true;
+  std::vector<double> medians, per_worker;
+  for (const WorkerFigures& f : figures) {
+    if (!f.error.empty() && r.error.empty()) r.error = f.error;
+    steps += f.steps;
+    window = std::max(window, f.seconds);
+    medians.push_back(f.median_step_ms);
+    per_worker.push_back(f.seconds > 0 ? 2.0 * bytes * f.steps / f.seconds / 1e9
+                                       : 0);
+    if (f.cpu_seconds < 0) cpu_known = false;
+    cpu += f.cpu_seconds;
+  }
+  if (window > 0) {
+    r.gbps = 2.0 * bytes * steps / window / 1e9;
+    r.steps_per_s = steps / window;
+  }
+  if (!per_worker.empty()) {
+    r.worker_gbps_min = *std::min_element(per_worker.begin(), per_worker.end());
+    r.worker_gbps_max = *std::max_element(per_worker.begin(), per_worker.end());
+  }
+  r.step_ms = Median(medians);
+  if (!cpu_known) cpu = shared_cpu_seconds;
+  if (cpu >= 0 && steps > 0) r.cpu_ms_per_step = 1e3 * cpu / steps;
+  return r;
+}
 
 CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
                    RemoteServers* remote = nullptr) {
@@ -225,7 +342,7 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
       }
     }
   };
-  const JobSpec spec = DenseSpec(bytes, num_workers);
+  const JobSpec spec = bench::DenseBenchSpec(bytes, num_workers);
   for (int s = 0; s < num_shards; ++s) {
     SetupJobRequest r;
     r.set_job_id(job_id);
@@ -244,359 +361,63 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
     }
     ++set_up;
   }
-  std::vector<TensorSpec> tensors(spec.model().tensors().begin(),
-                                  spec.model().tensors().end());
-  const Placement placement =
-      *ComputePlacement(tensors, num_shards, kDefaultChunkBytes);
-  const double seconds = absl::GetFlag(FLAGS_seconds_per_case);
-  const int min_steps = absl::GetFlag(FLAGS_min_steps);
-  absl::Mutex mu;
-  std::vector<double> latencies;
-  int64_t total_steps = 0;
-  std::string error;
-  std::atomic<int> ready{0};
-  absl::Notification go;
-  absl::Time start, end;
-  std::vector<std::thread> threads;
-  for (int w = 1; w <= num_workers; ++w) {
-    threads.emplace_back([&, w] {
-      ParameterClientOptions options;
-      options.server_addresses = addresses;
-      if (remote != nullptr) options.token = remote->token;
-      options.connections_per_shard = absl::GetFlag(FLAGS_connections);
-      options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
-      auto client = *ParameterClient::Create(options, job_id, w, placement);
-      const bool fused = absl::GetFlag(FLAGS_fused);
-      std::vector<std::vector<float>> weights, grads;
-      std::vector<absl::Span<float>> spans;
-      for (int64_t n : placement.tensor_elements) {
-        weights.emplace_back(n);
-        grads.emplace_back(n, 1e-3f);
-      }
-      for (auto& v : weights) spans.push_back(absl::MakeSpan(v));
-      auto step = [&](int64_t clock) -> absl::Status {
-        if (fused) {
-          // As a worker does: the gradients go with the end of step, whose
-          // answer brings the weights for the next step.
-          std::vector<client::TensorGrad> all;
-          for (int t = static_cast<int>(grads.size()) - 1; t >= 0; --t) {
-            all.push_back({t, grads[t]});
-          }
-          ParameterClient::StepTickets st = client->EndStepAndPull(
-              std::move(all), clock, ParameterClient::kPulledVersion, clock + 1,
-              0, spans);
-          PS_RETURN_IF_ERROR(st.end.Wait(absl::Seconds(60)));
-          return st.pull.Wait(absl::Seconds(60));
-        }
-        Ticket pull = client->PullAll(clock, 0, spans);
-        PS_RETURN_IF_ERROR(pull.Wait(absl::Seconds(60)));
-        std::vector<Ticket> pushes;
-        // Last layer first, as backward produces them.
-        for (int t = static_cast<int>(grads.size()) - 1; t >= 0; --t) {
-          pushes.push_back(client->PushTensor(t, grads[t], clock));
-        }
-        pushes.push_back(client->EndStep(clock));
-        for (Ticket& p : pushes) PS_RETURN_IF_ERROR(p.Wait(absl::Seconds(60)));
-        return absl::OkStatus();
-      };
-      // Warm-up (connections, buffers), starting from pulled weights.
-      absl::Status s = client->PullAll(0, 0, spans).Wait(absl::Seconds(60));
-      if (s.ok()) s = step(0);
-      ready.fetch_add(1);
-      go.WaitForNotification();
-      std::vector<double> mine;
-      const absl::Time local_start = absl::Now();
-      int64_t clock = 1;
-      while (s.ok() && (absl::Now() - local_start < absl::Seconds(seconds) ||
-                        static_cast<int>(mine.size()) < min_steps)) {
-        const absl::Time t0 = absl::Now();
-        s = step(clock++);
-        mine.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
-      }
-      absl::MutexLock l(&mu);
-      if (!s.ok() && error.empty()) error = s.ToString();
-      latencies.insert(latencies.end(), mine.begin(), mine.end());
-      total_steps += mine.size();
-    });
+  const BenchWorkerOptions options = WorkerOptions(
+      addresses, remote != nullptr ? remote->token : "", job_id, bytes);
+  if (absl::GetFlag(FLAGS_worker_processes)) {
+    absl::StatusOr<std::vector<WorkerFigures>> figures =
+        RunProcesses(options, num_workers);
+    if (figures.ok()) {
+      result = Summarize(bytes, *figures, -1);
+    } else {
+      result.error = figures.status().ToString();
+    }
+  } else {
+    double cpu = 0;
+    const std::vector<WorkerFigures> figures =
+        RunThreads(options, num_workers, &cpu);
+    // The process's CPU is the workers' only when no shard shares it.
+    result = Summarize(bytes, figures, remote != nullptr ? cpu : -1);
   }
-  while (ready.load() < num_workers) absl::SleepFor(absl::Milliseconds(1));
-  start = absl::Now();
-  go.Notify();
-  for (auto& t : threads) t.join();
-  end = absl::Now();
   teardown();
-  result.error = error;
-  const double wall = absl::ToDoubleSeconds(end - start);
-  result.gbps = 2.0 * bytes * total_steps / wall / 1e9;
-  result.step_ms = Median(latencies);
-  result.steps_per_s = total_steps / wall;
   return result;
 }
 
-// --- Ceiling 1: TCP ping-pong ------------------------------------------
-
-bool WriteAll(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (k <= 0) return false;
-    p += k;
-    n -= k;
-  }
-  return true;
-}
-bool ReadAll(int fd, char* p, size_t n) {
-  while (n > 0) {
-    ssize_t k = ::recv(fd, p, n, 0);
-    if (k <= 0) return false;
-    p += k;
-    n -= k;
-  }
-  return true;
-}
-
-// Round trips of `bytes` each way on one loopback connection; returns
-// GB/s counting both directions and round trips per second.
-std::pair<double, double> TcpPingPong(int64_t bytes, double seconds) {
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::listen(listener, 1);
-  socklen_t len = sizeof(addr);
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  std::thread echo([&] {
-    int fd = ::accept(listener, nullptr, nullptr);
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    std::vector<char> buf(bytes);
-    while (ReadAll(fd, buf.data(), bytes) && WriteAll(fd, buf.data(), bytes)) {
-    }
-    ::close(fd);
-  });
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  std::vector<char> out(bytes, 1), in(bytes);
-  int64_t trips = 0;
-  WriteAll(fd, out.data(), bytes);
-  ReadAll(fd, in.data(), bytes);
-  const absl::Time start = absl::Now();
-  while (absl::Now() - start < absl::Seconds(seconds) || trips < 3) {
-    if (!WriteAll(fd, out.data(), bytes) || !ReadAll(fd, in.data(), bytes))
-      break;
-    ++trips;
-  }
-  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
-  ::shutdown(fd, SHUT_RDWR);
-  ::close(fd);
-  echo.join();
-  ::close(listener);
-  return {2.0 * bytes * trips / wall / 1e9, trips / wall};
-}
-
-// --- Ceiling 2: gRPC echoing raw ByteBuffer slices ----------------------
-
-class EchoService final : public grpc::CallbackGenericService {
- public:
-  grpc::ServerGenericBidiReactor* CreateReactor(
-      grpc::GenericCallbackServerContext*) override {
-    class Reactor final : public grpc::ServerGenericBidiReactor {
-     public:
-      Reactor() { StartRead(&buffer_); }
-      void OnReadDone(bool ok) override {
-        if (!ok) {
-          Finish(grpc::Status::OK);
-          return;
-        }
-        StartWrite(&buffer_);  // echo the slices back, no copy
-      }
-      void OnWriteDone(bool) override { Finish(grpc::Status::OK); }
-      void OnDone() override { delete this; }
-
-     private:
-      grpc::ByteBuffer buffer_;
-    };
-    return new Reactor();
-  }
-};
-
-// Moves `bytes` out and back per step, in pieces of at most `piece` bytes
-// and at least one per connection, all in flight at once over
-// `connections` channels.
-std::pair<double, double> GrpcRawCeiling(int64_t bytes, int connections,
-                                         int64_t piece, double seconds) {
-  EchoService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kDefaultMaxMessageBytes);
-  builder.RegisterCallbackGenericService(&service);
-  auto server = builder.BuildAndStart();
-  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
-  for (int c = 0; c < connections; ++c) {
-    ChannelOptions o;
-    o.connection_id = c + 1;
-    stubs.push_back(std::make_unique<grpc::GenericStub>(
-        *MakeChannel(absl::StrCat("127.0.0.1:", port), o)));
-  }
-  std::vector<char> data(bytes, 7);
-  std::vector<grpc::ByteBuffer> requests;
-  // Cut as the client cuts a step (ParameterClientOptions::
-  // pipeline_step_end): every connection carries a part, no part over
-  // `piece`.
-  piece = std::min(
-      piece, std::max<int64_t>(1, (bytes + connections - 1) / connections));
-  for (int64_t off = 0; off < bytes; off += piece) {
-    grpc::Slice s = BorrowSlice(absl::string_view(
-        data.data() + off, std::min<int64_t>(piece, bytes - off)));
-    requests.emplace_back(&s, 1);
-  }
-  auto step = [&] {
-    absl::Mutex mu;
-    int pending = requests.size();
-    std::vector<grpc::ByteBuffer> responses(requests.size());
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      contexts.push_back(std::make_unique<grpc::ClientContext>());
-      PrepareContext(contexts.back().get(), absl::Seconds(60), "");
-      stubs[i % stubs.size()]->UnaryCall(
-          contexts.back().get(), "/bench.Echo/Echo", grpc::StubOptions(),
-          &requests[i], &responses[i], [&](grpc::Status) {
-            absl::MutexLock l(&mu);
-            --pending;
-          });
-    }
-    absl::MutexLock l(&mu);
-    mu.Await(absl::Condition(
-        +[](int* p) { return *p == 0; }, &pending));
+// --worker_child: one worker, driven by the parent over stdin/stdout.
+int ChildMain(const std::string& spec) {
+  auto fail = [](const std::string& what) {
+    std::printf("error: %s\n", what.c_str());
+    std::fflush(stdout);
+    return 1;
   };
-  step();
-  int64_t steps = 0;
-  const absl::Time start = absl::Now();
-  while (absl::Now() - start < absl::Seconds(seconds) || steps < 3) {
-    step();
-    ++steps;
+  std::vector<std::string> parts = absl::StrSplit(spec, ',');
+  int64_t worker_id = 0, bytes = 0;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &worker_id) ||
+      !absl::SimpleAtoi(parts[2], &bytes)) {
+    return fail(absl::StrCat("--worker_child=", spec,
+                             ": expected JOB_ID,WORKER_ID,BYTES"));
   }
-  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  return {2.0 * bytes * steps / wall / 1e9, steps / wall};
-}
-
-// --- Server-side apply vs memcpy -----------------------------------------
-
-struct ApplyResult {
-  double memcpy_gbps, sgd_gbps, push_gbps;
-  // BSP step close (momentum over the whole shard), by apply threads.
-  std::vector<std::pair<int, double>> close_gbps;
-};
-
-// Sets up job `job_id` (`spec`, one shard, worker 1) on `store`; a push
-// of `g` to every chunk.
-server::PushArgs SetUpDenseJob(server::ShardStore& store,
-                               const std::string& job_id, const JobSpec& spec,
-                               const std::vector<float>& g) {
-  SetupJobRequest req;
-  req.set_job_id(job_id);
-  *req.mutable_spec() = spec;
-  req.set_num_shards(1);
-  req.add_worker_ids(1);
-  (void)store.SetupJob(req);
-  auto placement = *store.GetPlacement(job_id);
-  server::PushArgs args;
-  args.job_id = job_id;
-  args.worker_id = 1;
-  for (const Chunk& c : placement->chunks) {
-    server::PushChunk pc;
-    pc.chunk_id = c.chunk_id;
-    pc.num_elements = c.num_elements;
-    pc.data = absl::string_view(reinterpret_cast<const char*>(g.data()),
-                                c.num_elements * 4);
-    args.chunks.push_back(pc);
+  absl::StatusOr<std::string> token = ReadClusterToken(
+      absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
+  if (!token.ok()) return fail(std::string(token.status().message()));
+  BenchWorkerOptions options =
+      WorkerOptions(absl::StrSplit(absl::GetFlag(FLAGS_servers), ','), *token,
+                    parts[0], bytes);
+  options.worker_id = worker_id;
+  options.process_cpu = true;
+  absl::StatusOr<std::unique_ptr<BenchWorker>> worker =
+      BenchWorker::Start(options);
+  if (!worker.ok()) return fail(worker.status().ToString());
+  std::printf("ready\n");
+  std::fflush(stdout);
+  if (absl::Status s =
+          bench::AwaitGo(STDIN_FILENO, absl::Now() + absl::Minutes(10));
+      !s.ok()) {
+    return fail(s.ToString());
   }
-  return args;
-}
-
-// GB/s of weights updated by a BSP step close (the end of step that closes
-// it: summing the staged gradient, momentum update) with `threads` apply
-// threads.
-double StepCloseBandwidth(int64_t bytes, double seconds, int threads,
-                          const std::vector<float>& g) {
-  server::ShardStoreOptions options;
-  options.apply_threads = threads;
-  auto store = *server::ShardStore::Create(options);
-  JobSpec spec = DenseSpec(bytes, 1);
-  spec.mutable_consistency()->set_model(ConsistencySpec::BSP);
-  spec.mutable_optimizer()->set_kind(OptimizerSpec::MOMENTUM);
-  spec.mutable_optimizer()->set_momentum(0.9f);
-  spec.mutable_data()->set_max_steps(1000000);
-  server::PushArgs push = SetUpDenseJob(*store, "close", spec, g);
-  server::PushArgs end;
-  end.job_id = push.job_id;
-  end.worker_id = push.worker_id;
-  end.end_of_step = true;
-  uint64_t seq = 0;
-  int64_t step = 0;
-  absl::Duration closing;
-  const absl::Time start = absl::Now();
-  while (absl::Now() - start < absl::Seconds(seconds) || step < 4) {
-    push.seq = ++seq;
-    push.clock = end.clock = push.base_version = end.base_version = step;
-    (void)store->Push(push, absl::InfiniteFuture());
-    end.seq = ++seq;
-    const absl::Time t = absl::Now();
-    (void)store->Push(end, absl::InfiniteFuture());
-    closing += absl::Now() - t;
-    ++step;
-  }
-  return bytes * step / absl::ToDoubleSeconds(closing) / 1e9;
-}
-
-ApplyResult ApplyBandwidth(int64_t bytes, double seconds) {
-  const int64_t n = bytes / 4;
-  std::vector<float> w(n, 1.0f), g(n, 1e-3f), dst(n);
-  auto time_it = [&](auto&& fn) {
-    fn();
-    int64_t reps = 0;
-    const absl::Time start = absl::Now();
-    while (absl::Now() - start < absl::Seconds(seconds) || reps < 3) {
-      fn();
-      ++reps;
-    }
-    return bytes * reps / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
-  };
-  ApplyResult r;
-  r.memcpy_gbps = time_it([&] { std::memcpy(dst.data(), g.data(), bytes); });
-  OptimizerSpec sgd;
-  sgd.set_kind(OptimizerSpec::SGD);
-  sgd.set_learning_rate(1e-6f);
-  auto opt = *server::Optimizer::Create(sgd);
-  server::OptimizerSlots slots;
-  r.sgd_gbps =
-      time_it([&] { opt->Apply(1e-6f, 1.0f, g, absl::MakeSpan(w), &slots); });
-  // The whole shard Push path (validation, NaN check, apply) without gRPC.
-  auto store = *server::ShardStore::Create({});
-  server::PushArgs args =
-      SetUpDenseJob(*store, "apply", DenseSpec(bytes, 1), g);
-  uint64_t seq = 0;
-  r.push_gbps = time_it([&] {
-    args.seq = ++seq;
-    (void)store->Push(args, absl::InfiniteFuture());
-  });
-  // 1 thread against the daemon's default.
-  std::vector<int> counts = {1};
-  if (server::DefaultApplyThreads() > 1) {
-    counts.push_back(server::DefaultApplyThreads());
-  }
-  for (int threads : counts) {
-    r.close_gbps.push_back(
-        {threads, StepCloseBandwidth(bytes, seconds, threads, g)});
-  }
-  return r;
+  const WorkerFigures figures = (*worker)->Run();
+  std::printf("%s\n", bench::FormatFigures(figures).c_str());
+  std::fflush(stdout);
+  return 0;
 }
 
 std::vector<int64_t> ParseSizes(const std::string& text) {
@@ -683,9 +504,10 @@ int Main(bool malloc_tuned) {
         "| gRPC raw calls/s (1 conn) |");
     emit("|---|---|---|---|---|---|");
     for (size_t i = 0; i < sizes.size(); ++i) {
-      tcp[i] = TcpPingPong(std::min<int64_t>(sizes[i], 64 << 20), seconds);
-      raw1[i] = GrpcRawCeiling(sizes[i], 1, piece, seconds);
-      raw2[i] = GrpcRawCeiling(sizes[i], 2, piece, seconds);
+      tcp[i] =
+          bench::TcpPingPong(std::min<int64_t>(sizes[i], 64 << 20), seconds);
+      raw1[i] = bench::GrpcRawCeiling(sizes[i], 1, piece, seconds);
+      raw2[i] = bench::GrpcRawCeiling(sizes[i], 2, piece, seconds);
       // The TCP ping-pong moves at most 64 MB per round trip (GB/s compare
       // per byte; the round trips are of the capped size).
       const std::string trips =
@@ -707,11 +529,16 @@ int Main(bool malloc_tuned) {
                     absl::GetFlag(FLAGS_fused)
                         ? "pushes + end of step answered with the weights"
                         : "pull, then pushes + end of step",
+                    ", workers as ",
+                    absl::GetFlag(FLAGS_worker_processes)
+                        ? "processes of their own"
+                        : "threads of this process",
                     ")\n"));
   emit(
-      "| model | shards | workers | push+pull GB/s | median step ms | steps/s "
+      "| model | shards | workers | push+pull GB/s | per worker GB/s "
+      "(min-max) | median step ms | steps/s | worker CPU ms/step "
       "| vs raw gRPC (same conns) | vs TCP |");
-  emit("|---|---|---|---|---|---|---|---|");
+  emit("|---|---|---|---|---|---|---|---|---|---|");
   for (size_t i = 0; i < sizes.size(); ++i) {
     const std::vector<int> shard_counts =
         remote != nullptr
@@ -725,10 +552,14 @@ int Main(bool malloc_tuned) {
             ceilings ? absl::StrFormat("%.2fx | %.2fx", r.gbps / raw,
                                        r.gbps / tcp[i].first)
                      : "- | -";
-        emit(absl::StrFormat("| %s | %d | %d | %.2f | %.2f | %.0f | %s |%s",
-                             SizeName(sizes[i]), shards, workers, r.gbps,
-                             r.step_ms, r.steps_per_s, ratios,
-                             r.error.empty() ? "" : " error: " + r.error));
+        const std::string cpu =
+            r.cpu_ms_per_step < 0 ? std::string("-")
+                                  : absl::StrFormat("%.3f", r.cpu_ms_per_step);
+        emit(absl::StrFormat(
+            "| %s | %d | %d | %.2f | %.2f-%.2f | %.2f | %.0f | %s | %s |%s",
+            SizeName(sizes[i]), shards, workers, r.gbps, r.worker_gbps_min,
+            r.worker_gbps_max, r.step_ms, r.steps_per_s, cpu, ratios,
+            r.error.empty() ? "" : " error: " + r.error));
         failed = failed || !r.error.empty();
       }
     }
@@ -746,7 +577,7 @@ int Main(bool malloc_tuned) {
       std::vector<double> ratio, ps, raw;
       for (int k = 0; k < pairs; ++k) {
         const double r =
-            GrpcRawCeiling(sizes[i], connections, piece, seconds).first;
+            bench::GrpcRawCeiling(sizes[i], connections, piece, seconds).first;
         const CaseResult c = RunCase(sizes[i], 1, 1);
         if (!c.error.empty()) {
           emit(absl::StrFormat("| %s | error: %s |", SizeName(sizes[i]),
@@ -770,7 +601,7 @@ int Main(bool malloc_tuned) {
   // measure this host, not theirs.
   if (remote == nullptr) {
     emit("\n## Server-side apply (64 MB of fp32)\n");
-    const ApplyResult a = ApplyBandwidth(64 << 20, seconds);
+    const bench::ApplyResult a = bench::ApplyBandwidth(64 << 20, seconds);
     emit(
         "| memcpy GB/s | SGD apply GB/s | shard Push path GB/s | SGD / memcpy "
         "|");
@@ -800,10 +631,16 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "parameter-server push/pull throughput vs TCP and raw gRPC "
       "ceilings, and server-side apply vs memcpy, on loopback; or push/pull "
-      "throughput against running ps_servers (--servers). Exits 1 if a case "
+      "throughput against running ps_servers (--servers); workers as "
+      "threads or, with --worker_processes, processes. Exits 1 if a case "
       "failed (its row says why), 2 on a usage error.");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
-  return ps::Main(ps::TuneMallocForLargeMessages(
-      ps::MallocTuningEnabled(std::getenv("PS_MALLOC_TUNING"))));
+  const bool malloc_tuned = ps::TuneMallocForLargeMessages(
+      ps::MallocTuningEnabled(std::getenv("PS_MALLOC_TUNING")));
+  if (const std::string child = absl::GetFlag(FLAGS_worker_child);
+      !child.empty()) {
+    return ps::ChildMain(child);
+  }
+  return ps::Main(malloc_tuned);
 }
