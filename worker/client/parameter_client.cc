@@ -64,6 +64,18 @@ class ClientImpl final : public ParameterClient {
                             std::vector<std::vector<ChunkOut>>& shard_messages,
                             std::vector<bool>& taken) const;
 
+  // Pipelined, the messages each shard's part of a step end is cut into:
+  // about connections_per_shard in flight in all, so one per shard once
+  // there are as many shards. A message more per shard then buys no overlap
+  // (the shards' messages overlap already) and costs a whole RPC's CPU on
+  // both sides, plus, under ASP/SSP, a hand-off to the server's wait pool
+  // when the last message's answer must wait for the step's other pushes
+  // (docs/performance.md, "Throughput").
+  int StepSpread() const {
+    const int shards = std::max(1, num_shards());
+    return std::max(1, (options_.connections_per_shard + shards - 1) / shards);
+  }
+
   std::shared_ptr<TicketState> NewTicket() const {
     return std::make_shared<TicketState>(options_.wait_spin);
   }
@@ -183,8 +195,7 @@ ParameterClient::StepTickets ClientImpl::EndStepAndPull(
   auto pull = NewTicket();
   absl::Status bad = codec_.CheckTensors("EndStepAndPull", tensors);
   absl::StatusOr<ShardMessages> messages = codec_.Split(
-      "EndStepAndPull", grads,
-      options_.pipeline_step_end ? options_.connections_per_shard : 1);
+      "EndStepAndPull", grads, options_.pipeline_step_end ? StepSpread() : 1);
   if (bad.ok() && !messages.ok()) bad = messages.status();
   if (!bad.ok()) {
     end->Fail(bad);

@@ -70,10 +70,14 @@ struct ParameterClientOptions {
   // the receiver's TCP processing too). For callers with work to overlap
   // (a worker pushing during backward); costs a thread hand-off per call.
   bool send_thread = false;
-  // EndStepAndPull: each shard's part is cut into about
-  // connections_per_shard messages (at most max_request_bytes each), and
-  // every message asks back the weights of its own chunks, so the answers to
-  // the first messages flow back while the later ones are still being sent.
+  // EndStepAndPull: the step's pushes are cut into about
+  // connections_per_shard messages in all (each shard's part into
+  // ceil(connections_per_shard / shards), at most max_request_bytes each),
+  // and every message asks back the weights of its own chunks, so the
+  // answers to the first messages flow back while the later ones are still
+  // being sent. (With as many shards as connections, each shard gets one
+  // message: the shards' messages overlap already, and a message more per
+  // shard costs an RPC: docs/performance.md, "Throughput".)
   // For ASP/SSP, where a push's answer need not wait for the step. Off (BSP,
   // where no answer can come before the step closes): the part is cut only
   // at max_request_bytes and the message that ends the step asks for all;

@@ -521,6 +521,64 @@ TEST(ParameterClient, PipelinedEndOfStepTakesTheVersionOfItsLastAnswer) {
   EXPECT_TRUE(next.Wait(kWait).ok());
 }
 
+// Pipelined over several shards: about connections_per_shard messages in
+// all, so each shard's part goes in ceil(connections / shards) messages,
+// each asking back its own chunks, the last one ending the step.
+TEST(ParameterClient, PipelinedEndOfStepSpreadsConnectionsOverShards) {
+  struct Case {
+    int shards;
+    int connections;
+    size_t messages_per_shard;
+  };
+  const std::vector<Case> cases = {
+      {1, 2, 2}, {2, 2, 1}, {2, 1, 1}, {2, 4, 2}, {3, 2, 1}, {3, 6, 2},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.shards, " shards, ", c.connections,
+                              " connections per shard"));
+    // One tensor of 12 chunks: every shard holds several.
+    std::vector<TensorSpec> tensors(1);
+    tensors[0].set_name("w");
+    tensors[0].add_shape(1200);
+    const Placement p = *ComputePlacement(tensors, c.shards, 400);
+    ParameterClientOptions options;
+    options.connections_per_shard = c.connections;
+    options.pipeline_step_end = true;
+    Rig rig(p, options);
+    const std::vector<float> gw(1200, 0.5f);
+    std::vector<float> w(1200, -1.0f);
+    const std::vector<absl::Span<float>> spans = {absl::MakeSpan(w)};
+    ParameterClient::StepTickets t = rig.client->EndStepAndPull(
+        {{0, gw}}, 0, ParameterClient::kPulledVersion, 1, 0, spans);
+    std::map<int, size_t> per_shard;
+    std::map<int, int> ends;
+    std::set<int64_t> asked;
+    for (const FakeRequest& r : rig.transport->Waiting()) {
+      ++per_shard[r.shard];
+      if (r.push.end_of_step()) ++ends[r.shard];
+      ASSERT_TRUE(r.push.has_then_pull());
+      std::set<int64_t> own;
+      for (const FakeChunk& ch : r.chunks) own.insert(ch.chunk_id);
+      const std::set<int64_t> ids(r.push.then_pull().chunk_ids().begin(),
+                                  r.push.then_pull().chunk_ids().end());
+      EXPECT_EQ(ids, own);
+      asked.insert(ids.begin(), ids.end());
+    }
+    for (int s = 0; s < c.shards; ++s) {
+      EXPECT_EQ(per_shard[s], c.messages_per_shard) << "shard " << s;
+      EXPECT_EQ(ends[s], 1) << "shard " << s;
+    }
+    EXPECT_EQ(asked.size(), p.chunks.size());
+    rig.AnswerAll();
+    ASSERT_TRUE(t.end.Wait(kWait).ok());
+    ASSERT_TRUE(t.pull.Wait(kWait).ok());
+    for (const Chunk& ch : p.chunks) {
+      ASSERT_EQ(w[ch.offset], Weight(ch.chunk_id, 0))
+          << "chunk " << ch.chunk_id;
+    }
+  }
+}
+
 // A shard that answers the fused push without weights (one that predates
 // then_pull): the client pulls what it asked for.
 TEST(ParameterClient, EndStepAndPullPullsItselfWhenTheAnswerHasNoWeights) {
