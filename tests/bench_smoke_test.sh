@@ -4,7 +4,8 @@
 # stops with a clear error when the server refuses its token or is not
 # there. ps_bench runs its ps cases without the ceilings, says how the
 # allocator was set up, refuses --pairs without the ceilings, and measures
-# a ps_server process (--servers), failing clearly on a wrong token.
+# a ps_server process (--servers), with workers as threads and as processes
+# (--worker_processes), failing clearly on a wrong token.
 set -euo pipefail
 R="${TEST_SRCDIR}/ps"
 BENCH="$R/tools/train_bench"
@@ -100,6 +101,20 @@ if grep -q "Ceilings\|Server-side apply\|error" "$T/psb3.out"; then
 fi
 [ "$(grep -Ec "job psbench-[0-9]+-[1-4]: shard 0 of 1" "$T/psb_server.log")" = 4 ] ||
   { cat "$T/psb_server.log"; fail "the server did not hold the 4 cases' jobs"; }
+# Workers as processes of their own: each case reports every worker's
+# GB/s and the workers' CPU per step, and the server holds the jobs.
+PS_TOKEN=tok3n "$PS_BENCH" --servers="$ADDR" --sizes=4K,1M --workers=2 \
+  --worker_processes --seconds_per_case=0.1 >"$T/psb6.out" 2>&1 ||
+  { cat "$T/psb6.out"; fail "ps_bench --worker_processes failed"; }
+grep -q "workers as processes of their own" "$T/psb6.out" ||
+  { cat "$T/psb6.out"; fail "the report does not say the workers are processes"; }
+[ "$(grep -Ec '^\| (4 KB|1 MB) \| 1 \| 2 \| [0-9]+\.[0-9]+ \| [0-9]+\.[0-9]+-[0-9]+\.[0-9]+ \|.*\| [0-9]+\.[0-9]+ \| - \| - \|$' "$T/psb6.out")" = 2 ] ||
+  { cat "$T/psb6.out"; fail "not 2 cases with per-worker figures and worker CPU"; }
+if grep -q "error" "$T/psb6.out"; then
+  cat "$T/psb6.out"; fail "a case with worker processes failed"
+fi
+[ "$(grep -Ec "job psbench-[0-9]+-[0-9]+: shard 0 of 1" "$T/psb_server.log")" = 6 ] ||
+  { cat "$T/psb_server.log"; fail "the server did not hold the 2 process cases' jobs"; }
 PS_TOKEN=wrong "$PS_BENCH" --servers="$ADDR" --sizes=4K --workers=1 \
   --seconds_per_case=0.1 >"$T/psb4.out" 2>&1 && rc=0 || rc=$?
 [ "$rc" = 1 ] || { cat "$T/psb4.out"; fail "wrong token: exit $rc, not 1"; }
