@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds ps-lite (github.com/dmlc/ps-lite, unpatched) and the dense push/pull
+# driver next to this script, outside this repository's build, against
+# Debian's libzmq3-dev and the system protobuf, with ps-lite's own Makefile
+# flags. For the comparison in docs/performance.md ("Throughput").
+#
+# usage: build_ps_lite.sh PS_LITE_CHECKOUT OUT_DIR
+# Writes OUT_DIR/ps_lite_dense_bench; run it with run_ps_lite.sh.
+set -euo pipefail
+SRC=$(cd "$1" && pwd)
+OUT=$(mkdir -p "$2" && cd "$2" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+FLAGS="-std=c++14 -msse2 -O3 -Wall -finline-functions -DNDEBUG -pthread"
+mkdir -p "$OUT/gen"
+protoc --cpp_out="$OUT/gen" -I"$SRC/src" "$SRC/src/meta.proto"
+INC="-I$OUT/gen -I$SRC/src -I$SRC/include"
+objs=()
+for f in "$SRC"/src/{customer,postoffice,van}.cc "$OUT/gen/meta.pb.cc"; do
+  o="$OUT/$(basename "$f" .cc).o"
+  g++ $FLAGS $INC -c "$f" -o "$o"
+  objs+=("$o")
+done
+g++ $FLAGS $INC "$HERE/ps_lite_dense_bench.cc" "${objs[@]}" \
+  -lzmq -lprotobuf -o "$OUT/ps_lite_dense_bench"
+echo "$OUT/ps_lite_dense_bench"
