@@ -10,40 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "worker/data/random.h"
 
 namespace ps::worker {
-namespace {
 
-// SplitMix64 (Steele, Lea, Flood 2014): tiny, fully specified, good enough to
-// shuffle training data.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, bound), bound > 0, without modulo bias (Lemire 2019).
-  uint64_t Below(uint64_t bound) {
-    unsigned __int128 m = static_cast<unsigned __int128>(Next()) * bound;
-    uint64_t low = static_cast<uint64_t>(m);
-    if (low < bound) {
-      const uint64_t threshold = -bound % bound;
-      while (low < threshold) {
-        m = static_cast<unsigned __int128>(Next()) * bound;
-        low = static_cast<uint64_t>(m);
-      }
-    }
-    return static_cast<uint64_t>(m >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
-
-}  // namespace
+using data::SplitMix64;
 
 std::vector<int64_t> EpochPermutation(int64_t num_examples, int64_t epoch,
                                       uint64_t seed) {
