@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/float_runs.h"
+#include "server/shard/vector_clones.h"
 
 namespace ps::server {
 namespace {
@@ -52,14 +53,8 @@ absl::Status CheckSpec(const OptimizerSpec& s) {
 
 // The update loops: plain indexed loops over restrict pointers that the
 // compiler vectorises (built with -O3 -fno-math-errno), cloned for AVX2 and
-// picked at load time on CPUs that have it.
-// (Not under sanitizers: their runtimes are not up yet when the loader runs
-// the ifunc resolvers of the clones, and TSan crashes there.)
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define PS_VECTOR_CLONES
-#else
-#define PS_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
+// picked at load time on CPUs that have it (PS_VECTOR_CLONES, which says why
+// not under sanitizers).
 
 // `w` (in) and `o` (out) may be the same buffer: each element is read
 // before it is written and nothing else is, so the loops carry no restrict
