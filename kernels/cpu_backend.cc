@@ -33,10 +33,10 @@ void BackwardLoop(const float* y, const float* dy, int64_t n, float* dx) {
   for (int64_t i = 0; i < n; ++i) dx[i] = ActivationBackward<kAct>(y[i], dy[i]);
 }
 
-class CpuBackend final : public HostMemoryBackend {
+class CpuBackend final : public HostGemmBackend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
-      : HostMemoryBackend(std::make_shared<CachingAllocator>(
+      : HostGemmBackend(std::make_shared<CachingAllocator>(
             NewAlignedHostAllocator(), options.max_cached_bytes)) {}
 
   std::string Name() const override { return "cpu"; }
@@ -44,13 +44,6 @@ class CpuBackend final : public HostMemoryBackend {
 
  protected:
   absl::Status DoSynchronize() override { return absl::OkStatus(); }
-
-  absl::Status DoGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
-                      float alpha, const float* a, int lda, const float* b,
-                      int ldb, float beta, float* c, int ldc) override {
-    HostGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return absl::OkStatus();
-  }
 
   absl::Status DoBiasAdd(const float* bias, int64_t rows, int64_t cols,
                          float* y) override {
@@ -205,13 +198,7 @@ class CpuBackend final : public HostMemoryBackend {
     return absl::OkStatus();
   }
 
-  // ---- Layer ops: cpu_layer_ops.h, and OpenBLAS for the GEMMs.
-  absl::Status DoBatchedGemm(Transpose trans_a, Transpose trans_b, int count,
-                             int m, int n, int k, float alpha, const float* a,
-                             const float* b, float beta, float* c) override {
-    HostBatchedGemm(trans_a, trans_b, count, m, n, k, alpha, a, b, beta, c);
-    return absl::OkStatus();
-  }
+  // ---- Layer ops: cpu_layer_ops.h (the GEMMs are HostGemmBackend's).
   absl::Status DoCopyMatrix(const float* src, int64_t ld_src, int64_t rows,
                             int64_t cols, float* dst, int64_t ld_dst) override {
     cpu::CopyMatrix(src, ld_src, rows, cols, dst, ld_dst);

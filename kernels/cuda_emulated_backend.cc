@@ -26,24 +26,18 @@ absl::Status LaunchStatus(const char* op) {
       absl::StrCat(op, ": kernel launch failed: ", error));
 }
 
-class CudaEmulatedBackend final : public HostMemoryBackend {
+// The GEMMs are HostGemmBackend's (cuBLAS in the real backend, the same host
+// GEMM as the CPU backend here).
+class CudaEmulatedBackend final : public HostGemmBackend {
  public:
   CudaEmulatedBackend()
-      : HostMemoryBackend(
+      : HostGemmBackend(
             std::make_shared<CachingAllocator>(NewAlignedHostAllocator())) {}
 
   std::string Name() const override { return "cuda-emulated"; }
 
  protected:
   absl::Status DoSynchronize() override { return LaunchStatus("Synchronize"); }
-
-  // cuBLAS in the real backend; the same host GEMM as the CPU backend here.
-  absl::Status DoGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
-                      float alpha, const float* a, int lda, const float* b,
-                      int ldb, float beta, float* c, int ldc) override {
-    HostGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return absl::OkStatus();
-  }
 
   absl::Status DoBiasAdd(const float* bias, int64_t rows, int64_t cols,
                          float* y) override {
@@ -111,12 +105,6 @@ class CudaEmulatedBackend final : public HostMemoryBackend {
   }
 
   // ---- Layer ops.
-  absl::Status DoBatchedGemm(Transpose trans_a, Transpose trans_b, int count,
-                             int m, int n, int k, float alpha, const float* a,
-                             const float* b, float beta, float* c) override {
-    HostBatchedGemm(trans_a, trans_b, count, m, n, k, alpha, a, b, beta, c);
-    return absl::OkStatus();
-  }
   absl::Status DoCopyMatrix(const float* src, int64_t ld_src, int64_t rows,
                             int64_t cols, float* dst, int64_t ld_dst) override {
     cuda::LaunchCopyMatrix(nullptr, src, ld_src, rows, cols, dst, ld_dst);

@@ -5,6 +5,12 @@
 // on the host: the CPU backend, and the test-only CUDA emulation (whose GEMMs
 // the real backend hands to cuBLAS).
 
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "kernels/caching_allocator.h"
+#include "kernels/host_memory.h"
 #include "kernels/types.h"
 
 namespace ps::kernels {
@@ -25,6 +31,27 @@ void HostGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
 void HostBatchedGemm(Transpose trans_a, Transpose trans_b, int count, int m,
                      int n, int k, float alpha, const float* a, const float* b,
                      float beta, float* c);
+
+// A HostMemoryBackend whose GEMMs are the two above: the part the CPU backend
+// and the CUDA emulation share. Subclasses add the other ops.
+class HostGemmBackend : public HostMemoryBackend {
+ protected:
+  explicit HostGemmBackend(std::shared_ptr<CachingAllocator> allocator)
+      : HostMemoryBackend(std::move(allocator)) {}
+
+  absl::Status DoGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
+                      float alpha, const float* a, int lda, const float* b,
+                      int ldb, float beta, float* c, int ldc) override {
+    HostGemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return absl::OkStatus();
+  }
+  absl::Status DoBatchedGemm(Transpose trans_a, Transpose trans_b, int count,
+                             int m, int n, int k, float alpha, const float* a,
+                             const float* b, float beta, float* c) override {
+    HostBatchedGemm(trans_a, trans_b, count, m, n, k, alpha, a, b, beta, c);
+    return absl::OkStatus();
+  }
+};
 
 }  // namespace ps::kernels
 
