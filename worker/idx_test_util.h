@@ -1,5 +1,6 @@
 // Test helpers: build IDX files, good or deliberately broken, and write them
-// (gzip-compressed with zlib, like the real ones) under TEST_TMPDIR.
+// (gzip-compressed with zlib, like the real ones) under TEST_TMPDIR with the
+// data readers' helpers (worker/data/data_test_util.h).
 #ifndef PS_WORKER_IDX_TEST_UTIL_H_
 #define PS_WORKER_IDX_TEST_UTIL_H_
 
@@ -7,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "worker/data/data_test_util.h"
 
 namespace ps::worker::testing {
 
@@ -16,14 +17,10 @@ namespace ps::worker::testing {
 std::string IdxBytes(uint32_t magic, const std::vector<uint32_t>& dims,
                      absl::string_view payload);
 
-// `bytes` gzip-compressed, as a .gz file holds them.
-std::string Gzip(absl::string_view bytes);
-
-// Writes `bytes` to `path` as they are.
-absl::Status WriteFile(const std::string& path, absl::string_view bytes);
-
-// A fresh path under $TEST_TMPDIR (or /tmp) ending in `name`.
-std::string TempPath(absl::string_view name);
+// Gzip, WriteFile and TempPath are the readers' test helpers, one copy.
+using ::ps::worker::data::testing::Gzip;
+using ::ps::worker::data::testing::TempPath;
+using ::ps::worker::data::testing::WriteFile;
 
 }  // namespace ps::worker::testing
 
