@@ -206,7 +206,7 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
 absl::StatusOr<std::unique_ptr<CoordinatorLink>> CreateCoordinatorLink(
     const CoordinatorLinkOptions& options) {
   if (options.address.empty()) {
-    return absl::InvalidArgumentError("worker: --coordinator is required");
+    return absl::InvalidArgumentError("--coordinator is required");
   }
   ChannelOptions channel_options;
   channel_options.tls = options.tls;
