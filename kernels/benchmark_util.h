@@ -1,0 +1,45 @@
+// What the kernels_benchmark binary's files share: the BLAS thread bound
+// set from --blas_threads, random operands, backends, uploads, medians and
+// the clock the layer benchmarks time with.
+#ifndef PS_KERNELS_BENCHMARK_UTIL_H_
+#define PS_KERNELS_BENCHMARK_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "kernels/backend.h"
+
+namespace ps::kernels::bench {
+
+// OpenBLAS's threads and the CPU backend's, from --blas_threads (main()).
+extern int blas_threads;
+
+// The batch of the MLP step and of the CNN's layers.
+constexpr int64_t kBatch = 128;
+
+// n floats uniform in [-1, 1), the same for the same seed.
+std::vector<float> RandomVector(int64_t n, uint32_t seed);
+
+// A GFLOP/s rate counter for `state`'s iterations of an m x n x k GEMM.
+void SetGemmCounters(benchmark::State& state, int64_t m, int64_t n, int64_t k);
+
+// The CUDA or the CPU backend (blas_threads threads); null after
+// state.SkipWithError where it cannot be created.
+std::unique_ptr<Backend> MakeBackend(benchmark::State& state, bool cuda);
+
+// `host` copied into a new buffer on `backend`.
+DeviceBuffer Upload(Backend& backend, const std::vector<float>& host);
+
+double Median(std::vector<double> v);
+
+// Seconds on the clock the layer benchmarks time with: on a CPU backend with
+// one BLAS thread, the calling thread's CPU time (everything runs on it), so
+// that builds sharing the machine disturb the figures less; otherwise wall
+// time.
+double Now(const Backend& backend);
+
+}  // namespace ps::kernels::bench
+
+#endif  // PS_KERNELS_BENCHMARK_UTIL_H_
