@@ -354,17 +354,121 @@ RenderK8sManifests(const K8sOptions& o) {
   return files;
 }
 
-void AddDeployCommands(CLI::App& app) {
-  // Options outlive this function: the callbacks run during app.parse().
-  struct State {
-    SlurmOptions slurm;
-    std::vector<std::string> slurm_specs;
-    bool no_submit = false;
-    K8sOptions k8s;
-    std::string k8s_job, k8s_out_dir;
-  };
-  auto st = std::make_shared<State>();
+namespace {
 
+// What `slurm submit` and `k8s render` were given. Held by their callbacks,
+// which run during app.parse(), after AddDeployCommands has returned.
+struct SlurmSubmitArgs {
+  SlurmOptions options;
+  std::vector<std::string> specs;
+  bool no_submit = false;
+};
+struct K8sRenderArgs {
+  K8sOptions options;
+  std::string job, out_dir;
+};
+
+// `psctl slurm submit`: copies the specs and writes the script into the
+// output directory, then submits it with sbatch (or prints its path with
+// --no-submit).
+[[noreturn]] void SlurmSubmit(const SlurmSubmitArgs& c) {
+  SlurmOptions o = c.options;
+  if (o.output_dir.empty()) {
+    o.output_dir = absl::StrCat(
+        "ps-slurm-",
+        absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
+  }
+  o.output_dir = Absolute(o.output_dir);
+  o.bin_dir = Absolute(o.bin_dir.empty() ? DefaultBinDir() : o.bin_dir);
+  ValidationOptions vo;
+  vo.check_dataset_files = false;  // the nodes read it, not this host
+  std::error_code ec;
+  fs::create_directories(fs::path(o.output_dir) / "specs", ec);
+  if (ec) {
+    ExitWith(absl::PermissionDeniedError(absl::StrCat(
+        "cannot create ", o.output_dir, "/specs: ", ec.message())));
+  }
+  for (size_t i = 0; i < c.specs.size(); ++i) {
+    const std::string& path = c.specs[i];
+    absl::StatusOr<JobSpec> spec = LoadJobSpec(path, vo);
+    if (!spec.ok()) ExitWith(spec.status());
+    if (spec->num_workers() > o.workers) {
+      ExitWith(absl::InvalidArgumentError(absl::StrCat(
+          path, ": num_workers: ", spec->num_workers(), " but --workers ",
+          o.workers, ": the job would wait forever")));
+    }
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) ExitWith(text.status());
+    const std::string copy = absl::StrCat(o.output_dir, "/specs/", i + 1, "-",
+                                          fs::path(path).filename().string());
+    if (absl::Status s = WriteFile(copy, *text, 0644); !s.ok()) ExitWith(s);
+    o.job_specs.push_back(copy);
+  }
+  absl::StatusOr<std::string> script = RenderSbatchScript(o);
+  if (!script.ok()) ExitWith(script.status());
+  const std::string script_path = o.output_dir + "/ps_train.sbatch";
+  if (absl::Status s = WriteFile(script_path, *script, 0755); !s.ok()) {
+    ExitWith(s);
+  }
+  if (c.no_submit) {
+    std::printf("%s\n", script_path.c_str());
+    Exit(0);
+  }
+  absl::StatusOr<std::string> id =
+      RunCapture({"sbatch", "--parsable", script_path});
+  if (!id.ok()) ExitWith(id.status());
+  const std::string job_id(absl::StripAsciiWhitespace(*id));
+  std::printf("submitted Slurm job %s; script %s; results in %s\n",
+              job_id.c_str(), script_path.c_str(), o.output_dir.c_str());
+  Exit(0);
+}
+
+// `psctl k8s render`: the manifests to stdout, or one file each in --out_dir.
+[[noreturn]] void K8sRender(const K8sRenderArgs& c) {
+  K8sOptions o = c.options;
+  o.token = RandomToken();
+  if (!c.job.empty()) {
+    ValidationOptions vo;
+    vo.check_dataset_files = false;  // the image carries the dataset
+    absl::StatusOr<JobSpec> spec = LoadJobSpec(c.job, vo);
+    if (!spec.ok()) ExitWith(spec.status());
+    absl::StatusOr<std::string> text = ReadFile(c.job);
+    if (!text.ok()) ExitWith(text.status());
+    o.job_spec_text = *text;
+    o.job_num_workers = spec->num_workers();
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> files =
+      RenderK8sManifests(o);
+  if (!files.ok()) ExitWith(files.status());
+  if (c.out_dir.empty()) {
+    bool first = true;
+    for (const auto& [name, text] : *files) {
+      std::printf("%s# %s\n%s", first ? "" : "---\n", name.c_str(),
+                  text.c_str());
+      first = false;
+    }
+    Exit(0);
+  }
+  std::error_code ec;
+  fs::create_directories(c.out_dir, ec);
+  // Numbered, so that `kubectl apply -f DIR` (file name order) creates the
+  // namespace first.
+  int n = 0;
+  for (const auto& [name, text] : *files) {
+    const std::string path =
+        absl::StrFormat("%s/%02d-%s", c.out_dir, n++, name);
+    if (absl::Status s =
+            WriteFile(path, text, name == "secret.yaml" ? 0600 : 0644);
+        !s.ok()) {
+      ExitWith(s);
+    }
+    std::printf("%s\n", path.c_str());
+  }
+  Exit(0);
+}
+
+void AddSlurmCommands(CLI::App& app) {
+  auto st = std::make_shared<SlurmSubmitArgs>();
   CLI::App* slurm = app.add_subcommand(
       "slurm", "Run a cluster and its training jobs inside a Slurm allocation");
   slurm->require_subcommand(1);
@@ -374,96 +478,50 @@ void AddDeployCommands(CLI::App& app) {
       "servers and workers as srun steps, trains the job specs one after "
       "another, collects metrics, events and the comparison in the output "
       "directory and tears everything down; then sbatch it");
-  submit->add_option("jobs", st->slurm_specs, "Job spec(s) .pbtxt")->required();
-  submit->add_option("--servers", st->slurm.servers, "Parameter-server shards")
+  submit->add_option("jobs", st->specs, "Job spec(s) .pbtxt")->required();
+  submit
+      ->add_option("--servers", st->options.servers, "Parameter-server shards")
       ->capture_default_str();
-  submit->add_option("--workers", st->slurm.workers, "Workers")
+  submit->add_option("--workers", st->options.workers, "Workers")
       ->capture_default_str();
   submit
-      ->add_option("--gpus-per-worker", st->slurm.gpus_per_worker,
+      ->add_option("--gpus-per-worker", st->options.gpus_per_worker,
                    "GPUs per worker (--gres=gpu:G); 0: CPU workers")
       ->capture_default_str();
   submit
-      ->add_option("--cpus-per-task", st->slurm.cpus_per_task,
+      ->add_option("--cpus-per-task", st->options.cpus_per_task,
                    "CPUs of each server and worker step")
       ->capture_default_str();
-  submit->add_option("--partition", st->slurm.partition, "Slurm partition");
-  submit->add_option("--time", st->slurm.time, "Slurm time limit")
+  submit->add_option("--partition", st->options.partition, "Slurm partition");
+  submit->add_option("--time", st->options.time, "Slurm time limit")
       ->capture_default_str();
-  submit->add_option("--job-name", st->slurm.job_name, "Slurm job name")
+  submit->add_option("--job-name", st->options.job_name, "Slurm job name")
       ->capture_default_str();
-  submit->add_option("--output_dir", st->slurm.output_dir,
+  submit->add_option("--output_dir", st->options.output_dir,
                      "Directory on a file system every node shares: the "
                      "script, logs, metrics, events and comparison (default: "
                      "./ps-slurm-<date>-<time>)");
-  submit->add_option("--bin_dir", st->slurm.bin_dir,
+  submit->add_option("--bin_dir", st->options.bin_dir,
                      "Directory with coordinator, ps_server, ps_worker and "
                      "psctl on the nodes (default: next to this psctl)");
   submit
-      ->add_option("--host", st->slurm.host,
+      ->add_option("--host", st->options.host,
                    "Address the daemons listen on (127.0.0.1 for a one-node "
                    "cluster)")
       ->capture_default_str();
   submit
-      ->add_option("--start_timeout", st->slurm.start_timeout_s,
+      ->add_option("--start_timeout", st->options.start_timeout_s,
                    "Seconds for every daemon to register")
       ->capture_default_str();
-  submit->add_option("--sbatch_arg", st->slurm.sbatch_args,
+  submit->add_option("--sbatch_arg", st->options.sbatch_args,
                      "Extra sbatch option, e.g. --account=proj (repeatable)");
   submit->add_flag("--no-submit", st->no_submit,
                    "Only write the script and print its path");
-  submit->callback([st] {
-    SlurmOptions o = st->slurm;
-    if (o.output_dir.empty()) {
-      o.output_dir = absl::StrCat("ps-slurm-",
-                                  absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(),
-                                                   absl::LocalTimeZone()));
-    }
-    o.output_dir = Absolute(o.output_dir);
-    o.bin_dir = Absolute(o.bin_dir.empty() ? DefaultBinDir() : o.bin_dir);
-    ValidationOptions vo;
-    vo.check_dataset_files = false;  // the nodes read it, not this host
-    std::error_code ec;
-    fs::create_directories(fs::path(o.output_dir) / "specs", ec);
-    if (ec) {
-      ExitWith(absl::PermissionDeniedError(absl::StrCat(
-          "cannot create ", o.output_dir, "/specs: ", ec.message())));
-    }
-    for (size_t i = 0; i < st->slurm_specs.size(); ++i) {
-      const std::string& path = st->slurm_specs[i];
-      absl::StatusOr<JobSpec> spec = LoadJobSpec(path, vo);
-      if (!spec.ok()) ExitWith(spec.status());
-      if (spec->num_workers() > o.workers) {
-        ExitWith(absl::InvalidArgumentError(absl::StrCat(
-            path, ": num_workers: ", spec->num_workers(), " but --workers ",
-            o.workers, ": the job would wait forever")));
-      }
-      absl::StatusOr<std::string> text = ReadFile(path);
-      if (!text.ok()) ExitWith(text.status());
-      const std::string copy = absl::StrCat(o.output_dir, "/specs/", i + 1, "-",
-                                            fs::path(path).filename().string());
-      if (absl::Status s = WriteFile(copy, *text, 0644); !s.ok()) ExitWith(s);
-      o.job_specs.push_back(copy);
-    }
-    absl::StatusOr<std::string> script = RenderSbatchScript(o);
-    if (!script.ok()) ExitWith(script.status());
-    const std::string script_path = o.output_dir + "/ps_train.sbatch";
-    if (absl::Status s = WriteFile(script_path, *script, 0755); !s.ok()) {
-      ExitWith(s);
-    }
-    if (st->no_submit) {
-      std::printf("%s\n", script_path.c_str());
-      Exit(0);
-    }
-    absl::StatusOr<std::string> id =
-        RunCapture({"sbatch", "--parsable", script_path});
-    if (!id.ok()) ExitWith(id.status());
-    const std::string job_id(absl::StripAsciiWhitespace(*id));
-    std::printf("submitted Slurm job %s; script %s; results in %s\n",
-                job_id.c_str(), script_path.c_str(), o.output_dir.c_str());
-    Exit(0);
-  });
+  submit->callback([st] { SlurmSubmit(*st); });
+}
 
+void AddK8sCommands(CLI::App& app) {
+  auto st = std::make_shared<K8sRenderArgs>();
   CLI::App* k8s =
       app.add_subcommand("k8s", "Kubernetes manifests for a cluster");
   k8s->require_subcommand(1);
@@ -471,65 +529,32 @@ void AddDeployCommands(CLI::App& app) {
       "render",
       "Write the manifests of configs/k8s for N shards and M workers: to "
       "stdout (one YAML stream) or as files into --out_dir");
-  render->add_option("--servers", st->k8s.servers, "Parameter-server shards")
+  render
+      ->add_option("--servers", st->options.servers, "Parameter-server shards")
       ->capture_default_str();
-  render->add_option("--workers", st->k8s.workers, "Workers")
+  render->add_option("--workers", st->options.workers, "Workers")
       ->capture_default_str();
   render
-      ->add_option("--gpus-per-worker", st->k8s.gpus_per_worker,
+      ->add_option("--gpus-per-worker", st->options.gpus_per_worker,
                    "nvidia.com/gpu per worker; 0: CPU workers")
       ->capture_default_str();
-  render->add_option("--image", st->k8s.image, "Container image")
+  render->add_option("--image", st->options.image, "Container image")
       ->capture_default_str();
-  render->add_option("--namespace", st->k8s.name_space, "Namespace")
+  render->add_option("--namespace", st->options.name_space, "Namespace")
       ->capture_default_str();
-  render->add_option("--job", st->k8s_job,
+  render->add_option("--job", st->job,
                      "Job spec .pbtxt for ConfigMap ps-job (default: the "
                      "example job)");
-  render->add_option("--out_dir", st->k8s_out_dir,
+  render->add_option("--out_dir", st->out_dir,
                      "Write one file per manifest here instead of stdout");
-  render->callback([st] {
-    K8sOptions o = st->k8s;
-    o.token = RandomToken();
-    if (!st->k8s_job.empty()) {
-      ValidationOptions vo;
-      vo.check_dataset_files = false;  // the image carries the dataset
-      absl::StatusOr<JobSpec> spec = LoadJobSpec(st->k8s_job, vo);
-      if (!spec.ok()) ExitWith(spec.status());
-      absl::StatusOr<std::string> text = ReadFile(st->k8s_job);
-      if (!text.ok()) ExitWith(text.status());
-      o.job_spec_text = *text;
-      o.job_num_workers = spec->num_workers();
-    }
-    absl::StatusOr<std::vector<std::pair<std::string, std::string>>> files =
-        RenderK8sManifests(o);
-    if (!files.ok()) ExitWith(files.status());
-    if (st->k8s_out_dir.empty()) {
-      bool first = true;
-      for (const auto& [name, text] : *files) {
-        std::printf("%s# %s\n%s", first ? "" : "---\n", name.c_str(),
-                    text.c_str());
-        first = false;
-      }
-      Exit(0);
-    }
-    std::error_code ec;
-    fs::create_directories(st->k8s_out_dir, ec);
-    // Numbered, so that `kubectl apply -f DIR` (file name order) creates the
-    // namespace first.
-    int n = 0;
-    for (const auto& [name, text] : *files) {
-      const std::string path =
-          absl::StrFormat("%s/%02d-%s", st->k8s_out_dir, n++, name);
-      if (absl::Status s =
-              WriteFile(path, text, name == "secret.yaml" ? 0600 : 0644);
-          !s.ok()) {
-        ExitWith(s);
-      }
-      std::printf("%s\n", path.c_str());
-    }
-    Exit(0);
-  });
+  render->callback([st] { K8sRender(*st); });
+}
+
+}  // namespace
+
+void AddDeployCommands(CLI::App& app) {
+  AddSlurmCommands(app);
+  AddK8sCommands(app);
 }
 
 }  // namespace ps::psctl
