@@ -18,6 +18,7 @@
 
 #include "common/placement.h"
 #include "common/rpc.h"
+#include "common/test_job_spec.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "tests/ps_server_process.h"
 
@@ -30,20 +31,11 @@ constexpr char kToken[] = "bad-input-test-token";
 constexpr absl::Duration kWait = absl::Seconds(20);
 
 JobSpec Spec(ConsistencySpec::Model model, int num_workers) {
-  JobSpec spec;
+  JobSpec spec = testing::ConstantSgdJob(model, {{"w", 600}});
   spec.set_name("bad-input");
   spec.set_seed(1);
   spec.set_chunk_bytes(1024);
   spec.set_num_workers(num_workers);
-  TensorSpec* t = spec.mutable_model()->add_tensors();
-  t->set_name("w");
-  t->add_shape(600);
-  t->mutable_init()->set_kind(InitializerSpec::CONSTANT);
-  t->mutable_init()->set_value(1.0f);
-  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
-  spec.mutable_optimizer()->set_learning_rate(1.0f);
-  spec.mutable_consistency()->set_model(model);
-  spec.mutable_data()->set_max_steps(100);
   return spec;
 }
 

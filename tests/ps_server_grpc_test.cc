@@ -14,6 +14,7 @@
 #include "common/placement.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "common/test_job_spec.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "tests/ps_server_process.h"
 #include "worker/client/parameter_client.h"
@@ -29,22 +30,11 @@ using testing::ServerProcess;
 constexpr absl::Duration kWait = absl::Seconds(30);
 
 JobSpec Spec(ConsistencySpec::Model model, int num_workers) {
-  JobSpec spec;
+  JobSpec spec = testing::ConstantSgdJob(model, {{"a", 1000}, {"b", 300}});
   spec.set_name("it");
   spec.set_seed(1);
   spec.set_chunk_bytes(1024);
   spec.set_num_workers(num_workers);
-  for (auto [name, n] : {std::pair<const char*, int>{"a", 1000}, {"b", 300}}) {
-    TensorSpec* t = spec.mutable_model()->add_tensors();
-    t->set_name(name);
-    t->add_shape(n);
-    t->mutable_init()->set_kind(InitializerSpec::CONSTANT);
-    t->mutable_init()->set_value(1.0f);
-  }
-  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
-  spec.mutable_optimizer()->set_learning_rate(1.0f);
-  spec.mutable_consistency()->set_model(model);
-  spec.mutable_data()->set_max_steps(100);
   return spec;
 }
 

@@ -7,25 +7,15 @@
 #include <utility>
 
 #include "common/placement.h"
+#include "common/test_job_spec.h"
 
 namespace ps::server {
 
 JobSpec MakeSpec(ConsistencySpec::Model model) {
-  JobSpec spec;
+  JobSpec spec = testing::ConstantSgdJob(model, {{"a", 40}, {"b", 24}});
   spec.set_name("t");
   spec.set_seed(7);
   spec.set_chunk_bytes(64);  // 16 floats per chunk
-  for (auto [name, n] : {std::pair<const char*, int>{"a", 40}, {"b", 24}}) {
-    TensorSpec* t = spec.mutable_model()->add_tensors();
-    t->set_name(name);
-    t->add_shape(n);
-    t->mutable_init()->set_kind(InitializerSpec::CONSTANT);
-    t->mutable_init()->set_value(1.0f);
-  }
-  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
-  spec.mutable_optimizer()->set_learning_rate(1.0f);
-  spec.mutable_consistency()->set_model(model);
-  spec.mutable_data()->set_max_steps(100);
   return spec;
 }
 
