@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "benchmark/benchmark.h"
 #include "kernels/backend.h"
 
@@ -39,6 +41,34 @@ double Median(std::vector<double> v);
 // that builds sharing the machine disturb the figures less; otherwise wall
 // time.
 double Now(const Backend& backend);
+
+// The seconds of an op and of its ceiling (the same work at the best rate
+// the backend reaches, on the same backend in the same iteration).
+struct OpTimes {
+  std::vector<double> op_s, ceiling_s;
+};
+
+// One iteration: `op`, then `ceiling`, each followed by a Synchronize and
+// timed with Now; appends both to `times`. False, after
+// state.SkipWithError, where any of them fails.
+template <typename Op, typename Ceiling>
+bool TimeOpAndCeiling(benchmark::State& state, Backend& backend, Op&& op,
+                      Ceiling&& ceiling, OpTimes& times) {
+  const double t0 = Now(backend);
+  absl::Status s = op();
+  if (s.ok()) s = backend.Synchronize();
+  const double t1 = Now(backend);
+  if (s.ok()) s = ceiling();
+  if (s.ok()) s = backend.Synchronize();
+  const double t2 = Now(backend);
+  if (!s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return false;
+  }
+  times.op_s.push_back(t1 - t0);
+  times.ceiling_s.push_back(t2 - t1);
+  return true;
+}
 
 }  // namespace ps::kernels::bench
 

@@ -114,22 +114,12 @@ void ConvBench(benchmark::State& state, bool cuda, ConvPass pass) {
     }
     return absl::OkStatus();
   };
-  std::vector<double> op_s, gemm_s;
+  OpTimes times;
   for (auto _ : state) {
-    const double t0 = Now(*backend);
-    absl::Status s = op();
-    if (s.ok()) s = backend->Synchronize();
-    const double t1 = Now(*backend);
-    if (s.ok()) s = gemm();
-    if (s.ok()) s = backend->Synchronize();
-    const double t2 = Now(*backend);
-    if (!s.ok()) {
-      state.SkipWithError(std::string(s.message()).c_str());
-      return;
-    }
-    op_s.push_back(t1 - t0);
-    gemm_s.push_back(t2 - t1);
+    if (!TimeOpAndCeiling(state, *backend, op, gemm, times)) return;
   }
+  const std::vector<double>& op_s = times.op_s;
+  const std::vector<double>& gemm_s = times.ceiling_s;
   const double flop = 2.0 * rows * g.out_c * g.patch_size();
   state.counters["op_ms"] = 1e3 * Median(op_s);
   state.counters["GFLOP/s"] = flop / Median(op_s) / 1e9;

@@ -66,22 +66,15 @@ void EmbeddingBench(benchmark::State& state, bool cuda) {
   const int64_t row_bytes = kIds * dim * 4;
   const double bytes = backward ? 3.0 * row_bytes + kRows * dim * 4.0
                                 : 2.0 * row_bytes + kIds * 8.0;
-  std::vector<double> op_s, copy_s;
+  const auto copy_rows = [&]() {
+    return backend->CopyOnDevice(out.data(), copy.data(), row_bytes);
+  };
+  OpTimes times;
   for (auto _ : state) {
-    const double t0 = Now(*backend);
-    absl::Status s = op();
-    if (s.ok()) s = backend->Synchronize();
-    const double t1 = Now(*backend);
-    if (s.ok()) s = backend->CopyOnDevice(out.data(), copy.data(), row_bytes);
-    if (s.ok()) s = backend->Synchronize();
-    const double t2 = Now(*backend);
-    if (!s.ok()) {
-      state.SkipWithError(std::string(s.message()).c_str());
-      return;
-    }
-    op_s.push_back(t1 - t0);
-    copy_s.push_back(t2 - t1);
+    if (!TimeOpAndCeiling(state, *backend, op, copy_rows, times)) return;
   }
+  const std::vector<double>& op_s = times.op_s;
+  const std::vector<double>& copy_s = times.ceiling_s;
   const double copy_rate = 2.0 * row_bytes / Median(copy_s) / 1e9;
   state.counters["op_us"] = 1e6 * Median(op_s);
   state.counters["GB/s"] = bytes / Median(op_s) / 1e9;
