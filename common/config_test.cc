@@ -148,6 +148,194 @@ TEST(Config, EachRuleNamesItsField) {
   EXPECT_TRUE(ParseJobSpec(kGoodJob, "job.pbtxt", NoFiles()).ok());
 }
 
+TEST(Config, SparseTableRulesNameTheirField) {
+  struct Case {
+    const char* edit;  // merged over kGoodJob
+    const char* want;  // substring of the error
+  } cases[] = {
+      {"model { sparse_tables { dim: 4 } }",
+       "model.sparse_tables[0].name: must not be empty"},
+      {"model { sparse_tables { name: \"e\" dim: 4 } "
+       "sparse_tables { name: \"e\" dim: 8 } }",
+       "model.sparse_tables[1].name: duplicate name 'e' (another table"},
+      {"model { sparse_tables { name: \"fc0/weight\" dim: 4 } }",
+       "model.sparse_tables[0].name: duplicate name 'fc0/weight' (a tensor"},
+      {"model { sparse_tables { name: \"e\" } }",
+       "model.sparse_tables[0].dim: must be in [1, 65536], got 0"},
+      {"model { sparse_tables { name: \"e\" dim: 70000 } }",
+       "model.sparse_tables[0].dim: must be in [1, 65536]"},
+      {"model { sparse_tables { name: \"e\" dim: 4 capacity: -1 } }",
+       "model.sparse_tables[0].capacity: must be >= 0"},
+      {"model { sparse_tables { name: \"e\" dim: 4 eviction: LRU } }",
+       "model.sparse_tables[0].eviction: LRU needs a capacity"},
+      {"model { sparse_tables { name: \"e\" dim: 4 eviction: TTL } }",
+       "model.sparse_tables[0].ttl_versions: eviction: TTL needs "
+       "ttl_versions > 0"},
+      {"model { sparse_tables { name: \"e\" dim: 4 ttl_versions: 5 } }",
+       "model.sparse_tables[0].ttl_versions: only applies to eviction: TTL"},
+      {"model { sparse_tables { name: \"e\" dim: 4 admission {} } }",
+       "model.sparse_tables[0].admission.min_count: must be >= 1"},
+      {"model { sparse_tables { name: \"e\" dim: 4 "
+       "admission { min_count: 2 sketch_depth: 17 } } }",
+       "model.sparse_tables[0].admission.sketch_depth: must be in [1, 16]"},
+      {"model { sparse_tables { name: \"e\" dim: 4 "
+       "admission { min_count: 2 sketch_width: -1 } } }",
+       "model.sparse_tables[0].admission.sketch_width"},
+      {"model { sparse_tables { name: \"e\" dim: 4 "
+       "init { kind: HE_UNIFORM } } }",
+       "model.sparse_tables[0].init.kind: HE_UNIFORM does not apply to "
+       "sparse tables"},
+      {"model { sparse_tables { name: \"e\" dim: 4 init { scale: -1 } } }",
+       "model.sparse_tables[0].init.scale: must be >= 0"},
+      // kGoodJob's optimizer is MOMENTUM: a table without its own is refused.
+      {"model { sparse_tables { name: \"e\" dim: 4 } }",
+       "model.sparse_tables[0].optimizer: unset, so the job's optimizer "
+       "applies, but its kind MOMENTUM is for dense tensors only"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { kind: "
+       "MOMENTUM learning_rate: 0.1 momentum: 0.5 } } }",
+       "model.sparse_tables[0].optimizer.kind: MOMENTUM is for dense tensors "
+       "only; sparse tables take SGD, ADAGRAD, ADAM or FTRL"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { kind: "
+       "ADAGRAD } } }",
+       "model.sparse_tables[0].optimizer.learning_rate: must be > 0"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { kind: "
+       "ADAGRAD learning_rate: 0.1 initial_accumulator: -1 } } }",
+       "model.sparse_tables[0].optimizer.initial_accumulator: must be > 0"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { kind: "
+       "SGD learning_rate: 0.1 initial_accumulator: 1 } } }",
+       "model.sparse_tables[0].optimizer.initial_accumulator: only applies "
+       "to kind: ADAGRAD or FTRL"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { kind: "
+       "ADAGRAD learning_rate: 0.1 l1: 1 } } }",
+       "model.sparse_tables[0].optimizer.l1: only applies to kind: FTRL"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { kind: "
+       "FTRL learning_rate: 0.1 l2: -1 } } }",
+       "model.sparse_tables[0].optimizer.l2: must be >= 0"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { kind: "
+       "FTRL learning_rate: 0.1 lr_power: -2 } } }",
+       "model.sparse_tables[0].optimizer.lr_power: must be in [-1, 0)"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { kind: "
+       "FTRL learning_rate: 0.1 weight_decay: 0.1 } } }",
+       "model.sparse_tables[0].optimizer.weight_decay: does not apply to "
+       "kind: FTRL"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { kind: "
+       "ADAM learning_rate: 0.1 beta1: 1 } } }",
+       "model.sparse_tables[0].optimizer.beta1: must be in [0, 1)"},
+      {"model { sparse_tables { name: \"e\" dim: 4 optimizer { "
+       "learning_rate: 0.1 schedule { kind: STEP } } } }",
+       "model.sparse_tables[0].optimizer.schedule.step_size"},
+      {"optimizer { kind: ADAGRAD momentum: 0 }",
+       "optimizer.kind: ADAGRAD is for sparse tables only (set it as "
+       "model.sparse_tables[i].optimizer); dense tensors take SGD, MOMENTUM "
+       "or ADAM"},
+      {"optimizer { kind: ADAM momentum: 0 beta: 1 }",
+       "optimizer.beta: only applies to kind: FTRL"},
+  };
+  for (const Case& c : cases) {
+    const std::string text = WithEdit(c.edit);
+    auto spec = ParseJobSpec(text, "job.pbtxt", NoFiles());
+    ASSERT_FALSE(spec.ok()) << c.edit;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find(c.want), std::string::npos)
+        << "edit: " << c.edit << "\nwant: " << c.want
+        << "\ngot:  " << spec.status().message();
+  }
+}
+
+TEST(Config, SparseTableErrorsGiveTheLine) {
+  auto spec = ParseJobSpec(
+      "model {\n"
+      "  sparse_tables { name: \"a\" dim: 8 }\n"
+      "  sparse_tables {\n"
+      "    name: \"b\"\n"
+      "    dim: 8\n"
+      "    optimizer { kind: FTRL\n"
+      "      learning_rate: 0.1\n"
+      "      l1: -3 }\n"
+      "  }\n"
+      "}\n"
+      "optimizer { learning_rate: 0.1 }\n",
+      "job.pbtxt", NoFiles());
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find(
+                "job.pbtxt:8: model.sparse_tables[1].optimizer.l1: must be "
+                ">= 0, got -3"),
+            std::string::npos)
+      << spec.status().message();
+}
+
+TEST(Config, SparseTablesNormalise) {
+  // A model of sparse tables only is valid.
+  auto spec = ParseJobSpec(R"pb(
+                             model {
+                               sparse_tables { name: "user" dim: 16 }
+                               sparse_tables {
+                                 name: "item"
+                                 dim: 4
+                                 dtype: BFLOAT16
+                                 init { kind: NORMAL scale: 0.5 }
+                                 optimizer { kind: FTRL learning_rate: 0.05 }
+                                 capacity: 1000
+                                 eviction: LRU
+                                 admission { min_count: 3 }
+                               }
+                               sparse_tables {
+                                 name: "ctx"
+                                 dim: 9
+                                 optimizer { kind: ADAGRAD learning_rate: 0.1 }
+                                 init { kind: NORMAL }
+                                 eviction: TTL
+                                 ttl_versions: 100
+                               }
+                             }
+                             optimizer { kind: ADAM learning_rate: 0.001 }
+                           )pb",
+                           "job", NoFiles());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().tensors_size(), 0);
+  ASSERT_EQ(spec->model().sparse_tables_size(), 3);
+  const SparseTableSpec& user = spec->model().sparse_tables(0);
+  EXPECT_EQ(user.dtype(), FLOAT32);
+  EXPECT_EQ(user.init().kind(), InitializerSpec::UNIFORM);
+  EXPECT_FLOAT_EQ(user.init().scale(), 0.25f);  // 1/sqrt(16)
+  EXPECT_EQ(user.eviction(), SparseTableSpec::NONE);
+  EXPECT_FALSE(user.has_admission());
+  // The job's optimizer, copied and normalised.
+  EXPECT_EQ(user.optimizer().kind(), OptimizerSpec::ADAM);
+  EXPECT_FLOAT_EQ(user.optimizer().learning_rate(), 0.001f);
+  EXPECT_FLOAT_EQ(user.optimizer().beta2(), 0.999f);
+  EXPECT_EQ(user.optimizer().schedule().kind(), LrSchedule::CONSTANT);
+
+  const SparseTableSpec& item = spec->model().sparse_tables(1);
+  EXPECT_EQ(item.dtype(), BFLOAT16);
+  EXPECT_FLOAT_EQ(item.init().scale(), 0.5f);
+  EXPECT_EQ(item.optimizer().kind(), OptimizerSpec::FTRL);
+  EXPECT_FLOAT_EQ(item.optimizer().learning_rate(), 0.05f);
+  EXPECT_FLOAT_EQ(item.optimizer().initial_accumulator(), 0.1f);
+  EXPECT_FLOAT_EQ(item.optimizer().lr_power(), -0.5f);
+  EXPECT_FLOAT_EQ(item.optimizer().l1(), 0.0f);
+  EXPECT_EQ(item.admission().min_count(), 3);
+  EXPECT_EQ(item.admission().sketch_width(), 1 << 20);
+  EXPECT_EQ(item.admission().sketch_depth(), 4);
+
+  const SparseTableSpec& ctx = spec->model().sparse_tables(2);
+  EXPECT_EQ(ctx.optimizer().kind(), OptimizerSpec::ADAGRAD);
+  EXPECT_FLOAT_EQ(ctx.optimizer().epsilon(), 1e-7f);
+  EXPECT_FLOAT_EQ(ctx.optimizer().initial_accumulator(), 0.1f);
+  EXPECT_FLOAT_EQ(ctx.init().scale(), 1.0f / 3.0f);
+  EXPECT_EQ(ctx.eviction(), SparseTableSpec::TTL);
+
+  // Idempotent, and the result validates again.
+  EXPECT_EQ(NormalizeJobSpec(*spec).DebugString(), spec->DebugString());
+  EXPECT_TRUE(ValidateJobSpec(*spec, NoFiles()).ok());
+  // Next to an MLP, with a table of its own optimizer.
+  EXPECT_TRUE(ParseJobSpec(WithEdit("model { sparse_tables { name: \"e\" "
+                                    "dim: 8 optimizer { kind: SGD "
+                                    "learning_rate: 0.5 } } }"),
+                           "job", NoFiles())
+                  .ok());
+}
+
 TEST(Config, ValidationErrorsGiveTheLine) {
   auto spec = ParseJobSpec(
       "model { mlp { input_dim: 4 num_classes: 2 } }\n"

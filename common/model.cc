@@ -36,8 +36,11 @@ std::vector<TensorSpec> MlpTensors(const MlpSpec& mlp) {
 absl::StatusOr<std::vector<TensorSpec>> ExpandModel(const ModelSpec& model) {
   const bool has_mlp = model.has_mlp();
   if (!has_mlp && model.tensors().empty()) {
+    // A model of sparse tables only has no dense tensors.
+    if (!model.sparse_tables().empty()) return std::vector<TensorSpec>();
     return absl::InvalidArgumentError(
-        "model: empty model; set model.mlp or list model.tensors");
+        "model: empty model; set model.mlp or list model.tensors or "
+        "model.sparse_tables");
   }
   if (!has_mlp) {
     return std::vector<TensorSpec>(model.tensors().begin(),

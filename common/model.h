@@ -16,8 +16,9 @@ namespace ps {
 // HE_UNIFORM (XAVIER_UNIFORM for tanh), biases to ZEROS.
 std::vector<TensorSpec> MlpTensors(const MlpSpec& mlp);
 
-// The model's parameter tensors: `tensors` if given, else MlpTensors(mlp).
-// Fails when both are given and disagree, or when the result is empty.
+// The model's dense parameter tensors: `tensors` if given, else
+// MlpTensors(mlp); none for a model of sparse tables only. Fails when both
+// are given and disagree, or when the model has no parameters at all.
 absl::StatusOr<std::vector<TensorSpec>> ExpandModel(const ModelSpec& model);
 
 // Product of the dimensions (1 for a scalar); -1 on a negative dimension or

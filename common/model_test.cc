@@ -37,6 +37,21 @@ TEST(Model, EmptyModelIsAnError) {
   EXPECT_NE(tensors.status().message().find("empty model"), std::string::npos);
 }
 
+TEST(Model, SparseTablesOnlyHaveNoDenseTensors) {
+  ModelSpec m;
+  SparseTableSpec* t = m.add_sparse_tables();
+  t->set_name("emb");
+  t->set_dim(8);
+  auto tensors = ExpandModel(m);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_TRUE(tensors->empty());
+  // Next to an MLP, the tables add no dense tensors.
+  *m.mutable_mlp() = Mlp().mlp();
+  tensors = ExpandModel(m);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_EQ(tensors->size(), MlpTensors(m.mlp()).size());
+}
+
 TEST(Model, ExplicitTensorsMustMatchMlp) {
   ModelSpec m = Mlp();
   for (TensorSpec& t : MlpTensors(m.mlp())) *m.add_tensors() = t;
