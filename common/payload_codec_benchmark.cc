@@ -1,13 +1,16 @@
-// fp16 / bf16 payload conversion: NarrowFromFloat and WidenToFloat over one
-// message worth of elements. Run with
+// fp16 / bf16 payload conversion (NarrowFromFloat and WidenToFloat over one
+// message worth of elements) and the codec's encode and decode of dense
+// Push messages. Run with
 //   bazel run //common:payload_codec_benchmark
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/payload_codec.h"
 
@@ -59,6 +62,93 @@ void BM_Widen(benchmark::State& state, DType dtype, Range range) {
   }
   state.SetItemsProcessed(state.iterations() * kElements);
 }
+
+// A PushRequest of `chunks` chunks of `floats` floats each.
+struct DenseMessage {
+  DenseMessage(int chunks, int floats)
+      : data(static_cast<size_t>(chunks) * floats, 0.5f) {
+    header.set_job_id("job");
+    header.set_worker_id(3);
+    header.set_seq(77);
+    header.set_clock(5);
+    for (int i = 0; i < chunks; ++i) {
+      out.push_back({i, FLOAT32, floats,
+                     BorrowSlice(absl::string_view(
+                         reinterpret_cast<const char*>(data.data()) +
+                             static_cast<size_t>(i) * floats * 4,
+                         static_cast<size_t>(floats) * 4))});
+    }
+  }
+  std::vector<float> data;
+  PushRequest header;
+  std::vector<ChunkOut> out;
+};
+
+// As gRPC hands a received message over: the bytes in slices of 16 KiB.
+grpc::ByteBuffer Received(const grpc::ByteBuffer& sent) {
+  std::vector<grpc::Slice> slices;
+  (void)sent.Dump(&slices);
+  std::string flat;
+  for (const grpc::Slice& s : slices) {
+    flat.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  std::vector<grpc::Slice> pieces;
+  for (size_t i = 0; i < flat.size(); i += 16384) {
+    pieces.emplace_back(flat.data() + i,
+                        std::min<size_t>(16384, flat.size() - i));
+  }
+  return grpc::ByteBuffer(pieces.data(), pieces.size());
+}
+
+void BM_EncodeDense(benchmark::State& state) {
+  DenseMessage m(state.range(0), state.range(1));
+  for (auto _ : state) {
+    grpc::ByteBuffer b = EncodeWithPayloads(m.header, 6, m.out);
+    benchmark::DoNotOptimize(b.Length());
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+void BM_DecodeDenseSegmented(benchmark::State& state) {
+  DenseMessage m(state.range(0), state.range(1));
+  const grpc::ByteBuffer received =
+      Received(EncodeWithPayloads(m.header, 6, m.out));
+  std::vector<grpc::Slice> slices;
+  for (auto _ : state) {
+    PushRequest header;
+    size_t bytes = 0;
+    absl::Status s = DecodeSegmented(
+        received, 6, &header, &slices,
+        [&](const ChunkView&, absl::Span<const absl::string_view> segs) {
+          for (absl::string_view seg : segs) bytes += seg.size();
+          return absl::OkStatus();
+        });
+    benchmark::DoNotOptimize(s.ok());
+    benchmark::DoNotOptimize(bytes);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+void BM_DecodeDenseViews(benchmark::State& state) {
+  DenseMessage m(state.range(0), state.range(1));
+  const grpc::ByteBuffer received =
+      Received(EncodeWithPayloads(m.header, 6, m.out));
+  std::vector<grpc::Slice> slices;
+  std::vector<ChunkView> chunks;
+  std::string arena;
+  for (auto _ : state) {
+    PushRequest header;
+    benchmark::DoNotOptimize(
+        DecodeWithPayloads(received, 6, &header, &chunks, &slices, &arena)
+            .ok());
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+// {chunks, floats per chunk}: many small chunks (inline), a few 256 KiB ones.
+BENCHMARK(BM_EncodeDense)->Args({64, 256})->Args({16, 65536});
+BENCHMARK(BM_DecodeDenseSegmented)->Args({64, 256})->Args({16, 65536});
+BENCHMARK(BM_DecodeDenseViews)->Args({64, 256})->Args({16, 65536});
 
 BENCHMARK_CAPTURE(BM_Narrow, fp16_normal, FLOAT16, Range::kNormal);
 BENCHMARK_CAPTURE(BM_Narrow, fp16_mixed, FLOAT16, Range::kMixed);
