@@ -180,8 +180,7 @@ struct DecodedMessage {
 // returned as a view, valid while `out` lives and is not modified. Keys on
 // little-endian hosts only (as everything here). INVALID_ARGUMENT on
 // malformed input.
-absl::Status DecodeMessage(const grpc::ByteBuffer& buffer,
-                           PayloadFields fields,
+absl::Status DecodeMessage(const grpc::ByteBuffer& buffer, PayloadFields fields,
                            google::protobuf::MessageLite* header,
                            DecodedMessage* out);
 

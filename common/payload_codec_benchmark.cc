@@ -1,6 +1,6 @@
 // fp16 / bf16 payload conversion (NarrowFromFloat and WidenToFloat over one
 // message worth of elements) and the codec's encode and decode of dense
-// Push messages. Run with
+// and sparse Push messages. Run with
 //   bazel run //common:payload_codec_benchmark
 #include <benchmark/benchmark.h>
 
@@ -144,6 +144,99 @@ void BM_DecodeDenseViews(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
+
+// A PushRequest of one SparseRows: `rows` distinct keys, rows of `dim`
+// values in `dtype` (a batch's embedding gradients).
+struct SparseMessage {
+  SparseMessage(int rows, int dim, DType dtype)
+      : keys(rows),
+        wire(static_cast<size_t>(rows) * dim * DTypeSize(dtype), 1) {
+    for (int i = 0; i < rows; ++i) {
+      keys[i] = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
+    }
+    header.set_job_id("job");
+    header.set_worker_id(3);
+    header.set_seq(77);
+    header.set_clock(5);
+    out.push_back(
+        {0, dtype, rows, dim,
+         BorrowSlice(absl::string_view(
+             reinterpret_cast<const char*>(keys.data()), keys.size() * 8)),
+         BorrowSlice(wire)});
+  }
+  std::vector<uint64_t> keys;
+  std::string wire;
+  PushRequest header;
+  std::vector<SparseRowsOut> out;
+};
+
+void BM_EncodeSparse(benchmark::State& state, DType dtype) {
+  SparseMessage m(state.range(0), state.range(1), dtype);
+  for (auto _ : state) {
+    grpc::ByteBuffer b = EncodeMessage(m.header, kPushRequestFields, {}, m.out);
+    benchmark::DoNotOptimize(b.Length());
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+  state.SetBytesProcessed(state.iterations() *
+                          (m.wire.size() + 8 * m.keys.size()));
+}
+
+// Views of the received keys and rows (rows gathered from their 16 KiB
+// slices, keys aligned), as the server takes a push in.
+void BM_DecodeSparseViews(benchmark::State& state, DType dtype) {
+  SparseMessage m(state.range(0), state.range(1), dtype);
+  const grpc::ByteBuffer received =
+      Received(EncodeMessage(m.header, kPushRequestFields, {}, m.out));
+  DecodedMessage out;
+  for (auto _ : state) {
+    PushRequest header;
+    benchmark::DoNotOptimize(
+        DecodeMessage(received, kPushRequestFields, &header, &out).ok());
+    benchmark::DoNotOptimize(out.sparse[0].keys.data());
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+  state.SetBytesProcessed(state.iterations() *
+                          (m.wire.size() + 8 * m.keys.size()));
+}
+
+// The same, segmented: no copy of the rows (keys straddling slices copied).
+void BM_DecodeSparseSegmented(benchmark::State& state, DType dtype) {
+  SparseMessage m(state.range(0), state.range(1), dtype);
+  const grpc::ByteBuffer received =
+      Received(EncodeMessage(m.header, kPushRequestFields, {}, m.out));
+  std::vector<grpc::Slice> slices;
+  std::vector<uint64_t> scratch;
+  PayloadHandlers handlers;
+  size_t bytes = 0;
+  handlers.on_sparse = [&](const SparseRowsView& v,
+                           absl::Span<const absl::string_view> segs) {
+    bytes += v.keys.size();
+    for (absl::string_view seg : segs) bytes += seg.size();
+    return absl::OkStatus();
+  };
+  for (auto _ : state) {
+    PushRequest header;
+    benchmark::DoNotOptimize(DecodeSegmented(received, kPushRequestFields,
+                                             &header, &slices, &scratch,
+                                             handlers)
+                                 .ok());
+    benchmark::DoNotOptimize(bytes);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+  state.SetBytesProcessed(state.iterations() *
+                          (m.wire.size() + 8 * m.keys.size()));
+}
+
+// {rows, dim}: a 4096-key batch of 64-wide embeddings, and a smaller one.
+BENCHMARK_CAPTURE(BM_EncodeSparse, fp32, FLOAT32)
+    ->Args({4096, 64})
+    ->Args({512, 16});
+BENCHMARK_CAPTURE(BM_EncodeSparse, fp16, FLOAT16)->Args({4096, 64});
+BENCHMARK_CAPTURE(BM_DecodeSparseViews, fp32, FLOAT32)
+    ->Args({4096, 64})
+    ->Args({512, 16});
+BENCHMARK_CAPTURE(BM_DecodeSparseViews, fp16, FLOAT16)->Args({4096, 64});
+BENCHMARK_CAPTURE(BM_DecodeSparseSegmented, fp32, FLOAT32)->Args({4096, 64});
 
 // {chunks, floats per chunk}: many small chunks (inline), a few 256 KiB ones.
 BENCHMARK(BM_EncodeDense)->Args({64, 256})->Args({16, 65536});
