@@ -12,6 +12,7 @@
 #include "common/config_sparse.h"
 #include "common/config_violations.h"
 #include "common/file_system.h"
+#include "common/job_metric.h"
 #include "common/model.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -233,6 +234,30 @@ void CheckData(const DataSpec& d, const ValidationOptions& options,
   }
 }
 
+// The target's metric and value (common/job_metric.h); target_accuracy is
+// its accuracy case, so a spec sets one or the other.
+void CheckTarget(const JobSpec& spec, Violations& v) {
+  if (!spec.has_target()) return;
+  if (spec.target_accuracy() != 0) {
+    v.Add({{"target"}},
+          "set either target or target_accuracy (the accuracy case), not both");
+  }
+  const JobSpec::Target& t = spec.target();
+  const TestMetricInfo* metric = FindTestMetric(t.metric());
+  if (metric == nullptr) {
+    v.Add({{"target"}, {"metric"}},
+          absl::StrCat(t.metric().empty()
+                           ? "must name a metric"
+                           : absl::StrCat("unknown metric '", t.metric(), "'"),
+                       "; one of ", TestMetricNames()));
+    return;
+  }
+  if (std::string problem = TargetValueProblem(*metric, t.value());
+      !problem.empty()) {
+    v.Add({{"target"}, {"value"}}, problem);
+  }
+}
+
 void CheckJob(const JobSpec& spec, const ValidationOptions& options,
               Violations& v) {
   CheckModel(spec.model(), v);
@@ -280,10 +305,11 @@ void CheckJob(const JobSpec& spec, const ValidationOptions& options,
     v.Add({{"straggler_policy"}, {"window_steps"}},
           absl::StrCat("must be >= 0, got ", sp.window_steps()));
   }
-  if (spec.target_accuracy() < 0 || spec.target_accuracy() > 1) {
+  if (!(spec.target_accuracy() >= 0 && spec.target_accuracy() <= 1)) {
     v.Add({{"target_accuracy"}},
           absl::StrCat("must be in [0, 1], got ", spec.target_accuracy()));
   }
+  CheckTarget(spec, v);
 }
 
 template <typename Message>

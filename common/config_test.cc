@@ -131,6 +131,24 @@ TEST(Config, EachRuleNamesItsField) {
       {"stragglers { worker_rank: 0 compute_factor: 0.5 }",
        "stragglers[0].compute_factor"},
       {"target_accuracy: 1.5", "target_accuracy"},
+      {"target_accuracy: nan", "target_accuracy: must be in [0, 1], got nan"},
+      {"target { metric: \"f1\" value: 0.5 }",
+       "target.metric: unknown metric 'f1'; one of auc, logloss, rmse, "
+       "accuracy"},
+      {"target { value: 0.5 }", "target.metric: must name a metric; one of"},
+      {"target { metric: \"auc\" value: 1.2 }",
+       "target.value: for auc, must be in (0, 1], got 1.2"},
+      {"target { metric: \"auc\" value: nan }",
+       "target.value: must be a finite number, got nan"},
+      {"target { metric: \"auc\" }", "target.value: for auc, must be in"},
+      {"target { metric: \"test_rmse\" value: -0.5 }",
+       "target.value: for rmse, must be > 0, got -0.5"},
+      {"target { metric: \"logloss\" value: -1 }",
+       "target.value: for logloss, must be > 0"},
+      {"target { metric: \"logloss\" value: inf }",
+       "target.value: must be a finite number"},
+      {"target_accuracy: 0.8 target { metric: \"accuracy\" value: 0.8 }",
+       "target: set either target or target_accuracy"},
       {"model { mlp { num_classes: 1 } }",
        "model.mlp.num_classes: must be >= 2"},
       {"model { mlp { hidden: 0 } }", "model.mlp.hidden[1]"},
@@ -346,6 +364,32 @@ TEST(Config, ValidationErrorsGiveTheLine) {
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find(
                 "job.pbtxt:3: optimizer.learning_rate: must be > 0"),
+            std::string::npos)
+      << spec.status().message();
+}
+
+TEST(Config, TargetInTheJobsMetric) {
+  for (const char* target : {"target { metric: \"auc\" value: 0.8 }",
+                             "target { metric: \"test_auc\" value: 0.8 }",
+                             "target { metric: \"logloss\" value: 0.45 }",
+                             "target { metric: \"rmse\" value: 0.95 }",
+                             "target { metric: \"accuracy\" value: 0.85 }",
+                             "target_accuracy: 0.85"}) {
+    auto spec = ParseJobSpec(WithEdit(target), "job.pbtxt", NoFiles());
+    EXPECT_TRUE(spec.ok()) << target << ": " << spec.status();
+  }
+  // The error names the line the bad value is on.
+  auto spec = ParseJobSpec(
+      "model { mlp { input_dim: 4 num_classes: 2 } }\n"
+      "optimizer { learning_rate: 0.1 }\n"
+      "target {\n"
+      "  metric: \"rmse\"\n"
+      "  value: -0.9\n"
+      "}\n",
+      "job.pbtxt", NoFiles());
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find(
+                "job.pbtxt:5: target.value: for rmse, must be > 0, got -0.9"),
             std::string::npos)
       << spec.status().message();
 }
