@@ -39,6 +39,108 @@ std::string SafeName(const std::string& s) {
   return out;
 }
 
+// The points of one test metric, in time order.
+std::vector<const MetricPoint*> SeriesOf(const std::vector<MetricPoint>& points,
+                                         const TestMetricInfo& metric) {
+  std::vector<const MetricPoint*> series;
+  for (const MetricPoint& p : points) {
+    if (p.name() == metric.point_name) series.push_back(&p);
+  }
+  std::stable_sort(series.begin(), series.end(),
+                   [](const MetricPoint* a, const MetricPoint* b) {
+                     return a->time_ms() < b->time_ms();
+                   });
+  return series;
+}
+
+MetricValues Values(const std::vector<MetricPoint>& points,
+                    const TestMetricInfo& metric) {
+  MetricValues v;
+  v.metric = &metric;
+  for (const MetricPoint* p : SeriesOf(points, metric)) {
+    if (IsBetter(metric, p->value(), v.best_value)) v.best_value = p->value();
+    v.final_value = p->value();
+    ++v.evaluations;
+  }
+  return v;
+}
+
+const char* Direction(const TestMetricInfo& metric) {
+  return metric.higher_is_better ? "higher is better" : "lower is better";
+}
+
+// "AUC >= 0.8", "logloss <= 0.45".
+std::string TargetText(const TestMetricInfo& metric, double target) {
+  return absl::StrFormat("%s %s %g", metric.name,
+                         metric.higher_is_better ? ">=" : "<=", target);
+}
+
+std::string Value4(double v) {
+  return std::isnan(v) ? "-" : absl::StrFormat("%.4f", v);
+}
+
+// Throughput, staleness, drops and evictions: what the system did, whatever
+// the metric.
+void SummarizeSystem(const JobData& job, JobSummary& s) {
+  std::map<int64_t, std::pair<double, int>> rate_by_worker;
+  double staleness_sum = 0;
+  int staleness_n = 0;
+  for (const MetricPoint& p : job.points) {
+    if (p.name() == "examples_per_sec") {
+      auto& [sum, n] = rate_by_worker[p.member_id()];
+      sum += p.value();
+      ++n;
+    } else if (p.name() == "staleness") {
+      staleness_sum += p.value();
+      ++staleness_n;
+    } else if (p.name() == "dropped_pushes") {
+      s.dropped_pushes = std::max<int64_t>(s.dropped_pushes, p.value());
+    } else if (p.name() == "rejected_pushes") {
+      s.rejected_pushes = std::max<int64_t>(s.rejected_pushes, p.value());
+    }
+  }
+  for (const auto& [worker, sum_n] : rate_by_worker) {
+    s.examples_per_sec += sum_n.first / sum_n.second;
+  }
+  if (staleness_n > 0) s.mean_staleness = staleness_sum / staleness_n;
+  for (const JobEvent& e : job.events) {
+    if (e.kind() == "evicted") ++s.evictions;
+  }
+  // The coordinator's own totals (read from the shards before teardown) win
+  // over what the metric series and events show.
+  const JobRecord& r = job.record;
+  s.dropped_pushes = std::max(s.dropped_pushes, r.dropped_pushes());
+  s.rejected_pushes = std::max(s.rejected_pushes, r.rejected_pushes());
+  s.evictions = std::max(s.evictions, r.evictions());
+  if (r.mean_staleness() > 0) s.mean_staleness = r.mean_staleness();
+}
+
+// <metric_file>: time_s epoch step value of the metric's points;
+// <loss_file>: the binned training loss.
+absl::Status WriteJobData(const JobData& job, const TestMetricInfo& metric,
+                          const std::string& metric_file,
+                          const std::string& loss_file) {
+  std::ofstream out(metric_file);
+  out << "# time_s epoch step " << metric.point_name << "\n";
+  for (const MetricPoint* p : SeriesOf(job.points, metric)) {
+    out << p->time_ms() / 1000.0 << " " << p->epoch() << " " << p->step() << " "
+        << p->value() << "\n";
+  }
+  std::ofstream loss(loss_file);
+  loss << "# time_s epoch train_loss (mean over workers per 0.1 epoch)\n";
+  for (const auto& [bin, b] : LossBins(job.points)) {
+    loss << b.time_sum / b.n << " " << bin / 10.0 << " " << b.loss_sum / b.n
+         << "\n";
+  }
+  out.close();
+  loss.close();
+  if (!out || !loss) {
+    return absl::InternalError(
+        absl::StrCat("cannot write ", metric_file, " or ", loss_file));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string FormatDuration(double seconds) {
@@ -77,7 +179,20 @@ std::string ProgressLine(const JobRecord& job, double elapsed_s, int width) {
   return line;
 }
 
-JobSummary Summarize(const JobData& job, double target) {
+const TestMetricInfo& JobMetric(const JobData& job) {
+  if (const JobTarget t = TargetOf(job.record.spec()); t.metric != nullptr) {
+    return *t.metric;
+  }
+  for (const TestMetricInfo& m : TestMetrics()) {
+    for (const MetricPoint& p : job.points) {
+      if (p.name() == m.point_name) return m;
+    }
+  }
+  return AccuracyMetric();
+}
+
+JobSummary Summarize(const JobData& job, const TestMetricInfo& metric,
+                     double target) {
   JobSummary s;
   s.job_id = job.record.job_id();
   s.name = job.record.spec().name();
@@ -87,136 +202,198 @@ JobSummary Summarize(const JobData& job, double target) {
     s.wall_seconds =
         (job.record.end_time_ms() - job.record.start_time_ms()) / 1000.0;
   }
-  std::vector<const MetricPoint*> acc;
-  std::map<int64_t, std::pair<double, int>> rate_by_worker;
-  double staleness_sum = 0;
-  int staleness_n = 0;
-  for (const MetricPoint& p : job.points) {
-    if (p.name() == "test_accuracy") {
-      acc.push_back(&p);
-    } else if (p.name() == "examples_per_sec") {
-      auto& [sum, n] = rate_by_worker[p.member_id()];
-      sum += p.value();
-      ++n;
-    } else if (p.name() == "staleness") {
-      staleness_sum += p.value();
-      ++staleness_n;
-    } else if (p.name() == "dropped_pushes") {
-      s.dropped_pushes = std::max<int64_t>(s.dropped_pushes, p.value());
-    } else if (p.name() == "rejected_pushes") {
-      s.rejected_pushes = std::max<int64_t>(s.rejected_pushes, p.value());
-    }
-  }
-  std::stable_sort(acc.begin(), acc.end(),
-                   [](const MetricPoint* a, const MetricPoint* b) {
-                     return a->time_ms() < b->time_ms();
-                   });
-  for (const MetricPoint* p : acc) {
-    s.best_accuracy = std::max(s.best_accuracy, p->value());
-    if (target > 0 && s.seconds_to_target < 0 && p->value() >= target) {
+  s.target = target > 0 ? target : 0;
+  s.values = Values(job.points, metric);
+  for (const MetricPoint* p : SeriesOf(job.points, metric)) {
+    if (s.target > 0 && MeetsTarget(metric, p->value(), s.target)) {
       s.seconds_to_target = p->time_ms() / 1000.0;
       s.steps_to_target = p->step();
       s.epochs_to_target = p->epoch();
+      break;
     }
   }
-  if (!acc.empty()) s.final_accuracy = acc.back()->value();
-  for (const auto& [worker, sum_n] : rate_by_worker) {
-    s.examples_per_sec += sum_n.first / sum_n.second;
+  for (const TestMetricInfo& m : TestMetrics()) {
+    if (&m == &metric) continue;
+    if (MetricValues v = Values(job.points, m); v.evaluations > 0) {
+      s.other_metrics.push_back(v);
+    }
   }
-  if (staleness_n > 0) s.mean_staleness = staleness_sum / staleness_n;
-  for (const JobEvent& e : job.events) {
-    if (e.kind() == "evicted") ++s.evictions;
-  }
-  // The coordinator's own totals (read from the shards before teardown) win
-  // over what the metric series and events show.
-  const JobRecord& r = job.record;
-  s.dropped_pushes = std::max(s.dropped_pushes, r.dropped_pushes());
-  s.rejected_pushes = std::max(s.rejected_pushes, r.rejected_pushes());
-  s.evictions = std::max(s.evictions, r.evictions());
-  if (r.mean_staleness() > 0) s.mean_staleness = r.mean_staleness();
+  SummarizeSystem(job, s);
   return s;
 }
 
+JobSummary Summarize(const JobData& job, double target) {
+  return Summarize(job, JobMetric(job), target);
+}
+
+JobSummary Summarize(const JobData& job) {
+  const TestMetricInfo& metric = JobMetric(job);
+  const JobTarget t = TargetOf(job.record.spec());
+  return Summarize(job, metric, t.metric == &metric ? t.value : 0);
+}
+
+std::string FormatMetricValues(const MetricValues& v) {
+  if (v.evaluations == 0) {
+    return absl::StrCat(v.metric->label, " - (no evaluation yet)");
+  }
+  return absl::StrFormat("%s %.4f (best %.4f, %s; %d evaluation%s)",
+                         v.metric->label, v.final_value, v.best_value,
+                         Direction(*v.metric), v.evaluations,
+                         v.evaluations == 1 ? "" : "s");
+}
+
+std::string FormatTargetProgress(const JobSummary& s) {
+  if (s.target <= 0) return "";
+  std::string out = absl::StrCat(TargetText(*s.values.metric, s.target), ": ");
+  if (s.seconds_to_target < 0) return absl::StrCat(out, "not reached");
+  absl::StrAppendFormat(&out, "reached after %s (step %d, epoch %.2f)",
+                        FormatDuration(s.seconds_to_target), s.steps_to_target,
+                        s.epochs_to_target);
+  return out;
+}
+
+absl::StatusOr<ComparisonMetric> ChooseComparisonMetric(
+    const std::vector<JobData>& jobs, absl::string_view metric_flag,
+    double target_flag) {
+  ComparisonMetric cmp;
+  if (!metric_flag.empty()) {
+    cmp.metric = FindTestMetric(metric_flag);
+    if (cmp.metric == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metric: unknown metric '", metric_flag, "'; one of ",
+                       TestMetricNames()));
+    }
+  } else if (!jobs.empty()) {
+    cmp.metric = &JobMetric(jobs[0]);
+    std::vector<std::string> each;
+    bool mixed = false;
+    for (const JobData& j : jobs) {
+      const TestMetricInfo& m = JobMetric(j);
+      mixed |= &m != cmp.metric;
+      each.push_back(absl::StrCat(j.record.job_id(), ": ", m.name));
+    }
+    if (mixed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the jobs are judged by different metrics (",
+          absl::StrJoin(each, ", "), "); compare them in one with --metric (",
+          TestMetricNames(), ")"));
+    }
+  }
+  if (target_flag != 0) {
+    if (const std::string problem =
+            TargetValueProblem(*cmp.metric, target_flag);
+        !problem.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--target: ", problem));
+    }
+    cmp.target = target_flag;
+    return cmp;
+  }
+  for (const JobData& j : jobs) {
+    if (const JobTarget t = TargetOf(j.record.spec()); t.metric == cmp.metric) {
+      cmp.target = t.value;
+      break;
+    }
+  }
+  return cmp;
+}
+
 std::string FormatComparison(const std::vector<JobSummary>& rows,
-                             double target) {
-  std::string out = absl::StrFormat(
-      "%-14s %-16s %-9s %7s %7s %9s %8s %7s %9s %8s %7s %7s %6s\n", "job",
-      "name", "state", "final", "best", absl::StrFormat("t@%.2f", target),
-      "steps@", "epoch@", "ex/s", "stale", "dropped", "reject", "evict");
+                             const ComparisonMetric& cmp) {
+  const TestMetricInfo& m = *cmp.metric;
+  std::string out = absl::StrCat("metric: ", m.label, " (", Direction(m), ")");
+  if (cmp.target > 0) {
+    absl::StrAppend(&out, "; t@, steps@, epoch@: the first evaluation with ",
+                    TargetText(m, cmp.target), "\n");
+  } else {
+    absl::StrAppend(&out,
+                    "; no target (set target in the job spec, or --target)\n");
+  }
+  const std::string t_head =
+      cmp.target > 0 ? absl::StrFormat("t@%g", cmp.target) : "t@-";
+  absl::StrAppendFormat(
+      &out, "%-14s %-16s %-9s %7s %7s %9s %8s %7s %9s %8s %7s %7s %6s\n", "job",
+      "name", "state", "final", "best", t_head, "steps@", "epoch@", "ex/s",
+      "stale", "dropped", "reject", "evict");
   for (const JobSummary& r : rows) {
+    const bool none = cmp.target <= 0 || r.values.evaluations == 0;
     const std::string t = r.seconds_to_target >= 0
                               ? FormatDuration(r.seconds_to_target)
-                              : "never";
+                              : (none ? "-" : "never");
     const std::string st =
         r.steps_to_target >= 0 ? absl::StrCat(r.steps_to_target) : "-";
     const std::string ep = r.epochs_to_target >= 0
                                ? absl::StrFormat("%.2f", r.epochs_to_target)
                                : "-";
     absl::StrAppendFormat(
-        &out,
-        "%-14s %-16s %-9s %7.4f %7.4f %9s %8s %7s %9.0f %8.2f %7d %7d %6d\n",
+        &out, "%-14s %-16s %-9s %7s %7s %9s %8s %7s %9.0f %8.2f %7d %7d %6d\n",
         r.job_id.substr(0, 14), r.name.substr(0, 16), r.state.substr(0, 9),
-        r.final_accuracy, r.best_accuracy, t, st, ep, r.examples_per_sec,
-        r.mean_staleness, r.dropped_pushes, r.rejected_pushes, r.evictions);
+        Value4(r.values.final_value), Value4(r.values.best_value), t, st, ep,
+        r.examples_per_sec, r.mean_staleness, r.dropped_pushes,
+        r.rejected_pushes, r.evictions);
   }
   return out;
 }
 
+std::string PlotTag(const TestMetricInfo& metric) {
+  return &metric == &AccuracyMetric() ? "acc" : std::string(metric.name);
+}
+
 absl::Status WritePlots(const std::vector<JobData>& jobs,
+                        const ComparisonMetric& cmp,
                         const std::string& prefix) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     return absl::FailedPreconditionError(
         "gnuplot is not installed (tools/setup.sh installs gnuplot-nox)");
   }
-  std::vector<std::string> acc_time, acc_epoch, loss_time, loss_epoch;
+  const TestMetricInfo& metric = *cmp.metric;
+  const std::string tag = PlotTag(metric);
+  std::vector<std::string> m_time, m_epoch, loss_time, loss_epoch;
   for (const JobData& job : jobs) {
     const std::string label = job.record.spec().name().empty()
                                   ? job.record.job_id()
                                   : job.record.spec().name();
     const std::string base =
         absl::StrCat(prefix, "-", SafeName(job.record.job_id()));
-    {
-      std::ofstream acc(base + "-acc.dat");
-      acc << "# time_s epoch step test_accuracy\n";
-      for (const MetricPoint& p : job.points) {
-        if (p.name() != "test_accuracy") continue;
-        acc << p.time_ms() / 1000.0 << " " << p.epoch() << " " << p.step()
-            << " " << p.value() << "\n";
-      }
-      std::ofstream loss(base + "-loss.dat");
-      loss << "# time_s epoch train_loss (mean over workers per 0.1 epoch)\n";
-      for (const auto& [bin, b] : LossBins(job.points)) {
-        loss << b.time_sum / b.n << " " << bin / 10.0 << " " << b.loss_sum / b.n
-             << "\n";
-      }
-      if (!acc || !loss) {
-        return absl::InternalError(
-            absl::StrCat("cannot write ", base, "-*.dat"));
-      }
+    const std::string m_file = absl::StrCat(base, "-", tag, ".dat");
+    if (absl::Status st = WriteJobData(job, metric, m_file, base + "-loss.dat");
+        !st.ok()) {
+      return st;
     }
     const std::string t = absl::StrCat(" title '", label, "'");
-    acc_time.push_back(
-        absl::StrCat("'", base, "-acc.dat' using 1:4 with linespoints", t));
-    acc_epoch.push_back(
-        absl::StrCat("'", base, "-acc.dat' using 2:4 with linespoints", t));
+    m_time.push_back(
+        absl::StrCat("'", m_file, "' using 1:4 with linespoints", t));
+    m_epoch.push_back(
+        absl::StrCat("'", m_file, "' using 2:4 with linespoints", t));
     loss_time.push_back(
         absl::StrCat("'", base, "-loss.dat' using 1:3 with lines", t));
     loss_epoch.push_back(
         absl::StrCat("'", base, "-loss.dat' using 2:3 with lines", t));
   }
+  if (cmp.target > 0) {
+    const std::string line =
+        absl::StrFormat("%.10g with lines dashtype 2 lc rgb 'dark-gray' title '%s'",
+                        cmp.target, TargetText(metric, cmp.target));
+    m_time.push_back(line);
+    m_epoch.push_back(line);
+  }
+  // Rising curves (AUC, accuracy) keep their key out of the way at the
+  // bottom; falling ones (logloss, RMSE) at the top.
+  const char* key = metric.higher_is_better ? "bottom right" : "top right";
+  const std::string ylabel =
+      absl::StrCat(metric.label, " (", Direction(metric), ")");
   const std::string script_path = prefix + ".gp";
   std::ofstream gp(script_path);
   for (const auto& [term, ext] : {std::pair{"pngcairo size 1400,950", "png"},
                                   std::pair{"svg size 1400,950", "svg"}}) {
     gp << "set terminal " << term << "\n"
        << "set output '" << prefix << "." << ext << "'\n"
-       << "set termoption noenhanced\nset key bottom right\nset grid\n"
-       << "set multiplot layout 2,2 title 'sync vs async: test accuracy and "
-          "training loss'\n"
-       << "set xlabel 'wall time (s)'\nset ylabel 'test accuracy'\n"
-       << "plot " << absl::StrJoin(acc_time, ", ") << "\n"
+       << "set termoption noenhanced\nset key " << key << "\nset grid\n"
+       << "set multiplot layout 2,2 title 'sync vs async: " << metric.label
+       << " and training loss'\n"
+       << "set xlabel 'wall time (s)'\nset ylabel '" << ylabel << "'\n"
+       << "plot " << absl::StrJoin(m_time, ", ") << "\n"
        << "set xlabel 'epoch'\n"
-       << "plot " << absl::StrJoin(acc_epoch, ", ") << "\n"
+       << "plot " << absl::StrJoin(m_epoch, ", ") << "\n"
        << "set key top right\nset xlabel 'wall time (s)'\n"
        << "set ylabel 'training loss'\n"
        << "plot " << absl::StrJoin(loss_time, ", ") << "\n"

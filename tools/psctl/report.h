@@ -1,20 +1,27 @@
-// What psctl shows people: the live progress line of a job, and the
-// comparison of several jobs (table + plots). Pure functions over the
+// What psctl shows people: the live progress line of a job, a job's test
+// metric (status, metrics), and the comparison of several jobs (table +
+// plots) in their metric. Pure functions over the
 // coordinator's records and metric series, so they are unit-tested without
 // a cluster; only WritePlots runs a program (gnuplot).
 #ifndef PS_TOOLS_PSCTL_REPORT_H_
 #define PS_TOOLS_PSCTL_REPORT_H_
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/job_metric.h"
 #include "proto/coordinator_service.pb.h"
 
 namespace ps::psctl {
 
 // One line: bar, percent, epoch, step, loss, test accuracy, examples/s, ETA.
-// `elapsed_s` is the job's running time so far (for the ETA).
+// `elapsed_s` is the job's running time so far (for the ETA). Only accuracy:
+// the JobRecord that WatchJob streams carries no other test metric.
 std::string ProgressLine(const JobRecord& job, double elapsed_s, int width);
 
 // Everything compare needs about one job.
@@ -24,15 +31,32 @@ struct JobData {
   std::vector<JobEvent> events;
 };
 
+// The test metric a job is judged by: its spec's target metric when it sets
+// one (target, or target_accuracy), else the first metric of TestMetrics()
+// (AUC, logloss, RMSE, accuracy) it reported points of, else accuracy.
+const TestMetricInfo& JobMetric(const JobData& job);
+
+// The last and best value of one test metric; NaN when it has no point.
+struct MetricValues {
+  const TestMetricInfo* metric = nullptr;
+  double final_value = std::numeric_limits<double>::quiet_NaN();
+  double best_value = std::numeric_limits<double>::quiet_NaN();
+  int64_t evaluations = 0;
+};
+
 struct JobSummary {
   std::string job_id;
   std::string name;
   std::string state;
-  double final_accuracy = 0;  // last test_accuracy point
-  double best_accuracy = 0;
+  // What final/best and the *_to_target columns are in, and the target (0:
+  // none). `values.metric` is never null.
+  MetricValues values;
+  double target = 0;
   double seconds_to_target = -1;  // -1: never reached
   int64_t steps_to_target = -1;
   double epochs_to_target = -1;
+  // The job's other test metrics, in the order of TestMetrics() (status).
+  std::vector<MetricValues> other_metrics;
   double examples_per_sec = 0;  // summed over workers (mean of each)
   double mean_staleness = 0;
   int64_t dropped_pushes = 0;
@@ -42,20 +66,60 @@ struct JobSummary {
   int64_t steps = 0;
 };
 
-JobSummary Summarize(const JobData& job, double target_accuracy);
+// Summarises `job` in `metric`: the first evaluation (in time) that meets
+// `target` in the metric's direction gives the *_to_target columns; a target
+// <= 0 is none.
+JobSummary Summarize(const JobData& job, const TestMetricInfo& metric,
+                     double target);
+// In the job's own metric (JobMetric).
+JobSummary Summarize(const JobData& job, double target);
+// In the job's own metric, with its spec's target (status, metrics).
+JobSummary Summarize(const JobData& job);
 
-// A fixed-width text table, one row per job, with a header naming the target.
+// "test AUC 0.7812 (best 0.7840, higher is better; 12 evaluations)", or
+// "test AUC - (no evaluation yet)".
+std::string FormatMetricValues(const MetricValues& v);
+// "auc >= 0.8: reached after 1m20s (step 400, epoch 1.50)", "auc >= 0.8: not
+// reached", or "" without a target.
+std::string FormatTargetProgress(const JobSummary& s);
+
+// The metric a comparison judges its jobs by, and the target in it (0: none).
+struct ComparisonMetric {
+  const TestMetricInfo* metric = &AccuracyMetric();
+  double target = 0;
+};
+
+// The metric of a comparison: `metric_flag` when not empty (a name or point
+// name; INVALID_ARGUMENT if unknown), else the jobs' common JobMetric.
+// Jobs judged by different metrics are refused (INVALID_ARGUMENT naming each
+// job's metric and suggesting --metric) rather than ranked on mixed columns.
+// The target: `target_flag` when not 0 (INVALID_ARGUMENT if it is no valid
+// target in the metric), else the first job's spec target in that metric,
+// else none.
+absl::StatusOr<ComparisonMetric> ChooseComparisonMetric(
+    const std::vector<JobData>& jobs, absl::string_view metric_flag,
+    double target_flag);
+
+// A line naming the metric, its direction and the target, then a
+// fixed-width text table, one row per job. final/best show "-" for a job
+// with no point of the metric; t@/steps@/epoch@ show "never" (or "-") for a
+// job that did not meet the target.
 std::string FormatComparison(const std::vector<JobSummary>& rows,
-                             double target_accuracy);
+                             const ComparisonMetric& cmp);
 
-// Writes <prefix>.png and <prefix>.svg (test accuracy and training loss
-// against wall time and against epochs, one line per job), plus what
-// replots them: the gnuplot script <prefix>.gp and the data it reads,
-// <prefix>-<job>-acc.dat and <prefix>-<job>-loss.dat. FAILED_PRECONDITION
-// if gnuplot is not installed; INTERNAL if it fails, with its messages in
+// Writes <prefix>.png and <prefix>.svg (the comparison's test metric, with
+// the target as a dashed line, and training loss, against wall time and
+// against epochs, one line per job), plus what replots them: the gnuplot
+// script <prefix>.gp and the data it reads, <prefix>-<job>-<m>.dat (m: acc,
+// auc, logloss or rmse) and <prefix>-<job>-loss.dat. FAILED_PRECONDITION if
+// gnuplot is not installed; INTERNAL if it fails, with its messages in
 // <prefix>.gnuplot.log (removed when it succeeds).
 absl::Status WritePlots(const std::vector<JobData>& jobs,
-                        const std::string& prefix);
+                        const ComparisonMetric& cmp, const std::string& prefix);
+
+// The data file tag of a metric in WritePlots: "acc" for accuracy, else its
+// name.
+std::string PlotTag(const TestMetricInfo& metric);
 
 // "1h02m", "3m05s", "12s".
 std::string FormatDuration(double seconds);

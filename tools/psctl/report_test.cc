@@ -3,6 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace ps::psctl {
 namespace {
@@ -51,8 +58,8 @@ TEST(Report, SummarizeComputesEveryColumn) {
   const JobSummary s = Summarize(TwoWorkerJob(), 0.85);
   EXPECT_EQ(s.name, "fmnist-bsp");
   EXPECT_EQ(s.state, "SUCCEEDED");
-  EXPECT_DOUBLE_EQ(s.final_accuracy, 0.85);
-  EXPECT_DOUBLE_EQ(s.best_accuracy, 0.86);
+  EXPECT_DOUBLE_EQ(s.values.final_value, 0.85);
+  EXPECT_DOUBLE_EQ(s.values.best_value, 0.86);
   EXPECT_DOUBLE_EQ(s.seconds_to_target, 40.0);
   EXPECT_EQ(s.steps_to_target, 200);
   EXPECT_DOUBLE_EQ(s.epochs_to_target, 2.0);
@@ -67,9 +74,276 @@ TEST(Report, TargetNeverReached) {
   const JobSummary s = Summarize(TwoWorkerJob(), 0.95);
   EXPECT_EQ(s.seconds_to_target, -1);
   EXPECT_EQ(s.steps_to_target, -1);
-  const std::string table = FormatComparison({s}, 0.95);
+  const std::string table = FormatComparison({s}, {&AccuracyMetric(), 0.95});
   EXPECT_NE(table.find("never"), std::string::npos) << table;
   EXPECT_NE(table.find("t@0.95"), std::string::npos) << table;
+}
+
+// A job whose evaluator reported `series` of test metrics (name, values in
+// time order: one point per 10 s, step 100 and epoch 1 apart).
+JobData JobWith(
+    const std::string& id,
+    const std::vector<std::pair<std::string, std::vector<double>>>& series) {
+  JobData j;
+  j.record.set_job_id(id);
+  j.record.mutable_spec()->set_name(id + "-name");
+  j.record.set_state(SUCCEEDED);
+  for (const auto& [name, values] : series) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      j.points.push_back(Point(name, values[i], 100 * (i + 1), 1.0 * (i + 1),
+                               10000 * (i + 1), 0));
+    }
+  }
+  return j;
+}
+
+TEST(Report, JobMetricFollowsTheSpecThenThePoints) {
+  struct Case {
+    std::vector<std::string> reported;
+    std::string spec_metric;  // target { metric } ("" = none)
+    float target_accuracy;
+    std::string want;
+  } cases[] = {
+      {{"test_accuracy"}, "", 0, "accuracy"},
+      {{"test_accuracy", "test_logloss", "test_auc"}, "", 0, "auc"},
+      {{"test_logloss", "test_rmse"}, "", 0, "logloss"},
+      {{"test_rmse"}, "", 0, "rmse"},
+      {{}, "", 0, "accuracy"},  // nothing evaluated yet
+      {{"train_loss"}, "", 0, "accuracy"},
+      {{"test_auc", "test_logloss"}, "logloss", 0, "logloss"},
+      {{"test_auc"}, "test_rmse", 0, "rmse"},  // the spec's word wins
+      {{"test_auc", "test_accuracy"}, "", 0.9f, "accuracy"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::pair<std::string, std::vector<double>>> series;
+    for (const std::string& name : c.reported) series.push_back({name, {0.5}});
+    JobData j = JobWith("j", series);
+    if (!c.spec_metric.empty()) {
+      j.record.mutable_spec()->mutable_target()->set_metric(c.spec_metric);
+      j.record.mutable_spec()->mutable_target()->set_value(0.5);
+    }
+    j.record.mutable_spec()->set_target_accuracy(c.target_accuracy);
+    EXPECT_EQ(JobMetric(j).name, c.want)
+        << testing::PrintToString(c.reported) << " " << c.spec_metric;
+  }
+}
+
+TEST(Report, EachMetricInItsDirection) {
+  struct Case {
+    const char* point_name;
+    std::vector<double> values;
+    double target;
+    double want_final, want_best;
+    double want_seconds;  // -1: not reached
+  } cases[] = {
+      {"test_auc", {0.70, 0.79, 0.81, 0.80}, 0.80, 0.80, 0.81, 30},
+      {"test_auc", {0.70, 0.79}, 0.80, 0.79, 0.79, -1},
+      {"test_logloss", {0.60, 0.47, 0.44, 0.46}, 0.45, 0.46, 0.44, 30},
+      {"test_logloss", {0.60, 0.47}, 0.45, 0.47, 0.47, -1},
+      {"test_rmse", {1.20, 0.95, 0.97}, 0.95, 0.97, 0.95, 20},  // meets at ==
+      {"test_rmse", {1.20, 1.00, 0.96}, 0.95, 0.96, 0.96, -1},
+      {"test_accuracy", {0.80, 0.86}, 0.85, 0.86, 0.86, 20},
+      {"test_accuracy", {0.80, 0.84}, 0.85, 0.84, 0.84, -1},
+      {"test_auc", {0.70, 0.90}, 0, 0.90, 0.90, -1},  // no target
+  };
+  for (const Case& c : cases) {
+    const JobSummary s =
+        Summarize(JobWith("j", {{c.point_name, c.values}}), c.target);
+    const std::string what = absl::StrCat(c.point_name, " @", c.target);
+    EXPECT_EQ(s.values.metric->point_name, c.point_name) << what;
+    EXPECT_DOUBLE_EQ(s.values.final_value, c.want_final) << what;
+    EXPECT_DOUBLE_EQ(s.values.best_value, c.want_best) << what;
+    EXPECT_EQ(s.values.evaluations, static_cast<int64_t>(c.values.size()));
+    EXPECT_DOUBLE_EQ(s.seconds_to_target, c.want_seconds) << what;
+    if (c.want_seconds >= 0) {
+      EXPECT_EQ(s.steps_to_target, 10 * c.want_seconds) << what;
+      EXPECT_DOUBLE_EQ(s.epochs_to_target, c.want_seconds / 10) << what;
+    } else {
+      EXPECT_EQ(s.steps_to_target, -1) << what;
+      EXPECT_EQ(s.epochs_to_target, -1) << what;
+    }
+  }
+}
+
+TEST(Report, PointsAreTakenInTimeOrder) {
+  JobData j = JobWith("j", {});
+  j.points = {Point("test_logloss", 0.40, 300, 3, 30000),
+              Point("test_logloss", 0.70, 100, 1, 10000),
+              Point("test_logloss", 0.50, 200, 2, 20000)};
+  const JobSummary s = Summarize(j, 0.55);
+  EXPECT_DOUBLE_EQ(s.values.final_value, 0.40);
+  EXPECT_DOUBLE_EQ(s.values.best_value, 0.40);
+  EXPECT_EQ(s.steps_to_target, 200);
+}
+
+TEST(Report, StatusLinesInTheSpecsTarget) {
+  JobData j = JobWith("j", {{"test_auc", {0.70, 0.79, 0.81}},
+                            {"test_logloss", {0.52, 0.47, 0.45}}});
+  j.record.mutable_spec()->mutable_target()->set_metric("auc");
+  j.record.mutable_spec()->mutable_target()->set_value(0.8);
+  JobSummary s = Summarize(j);
+  EXPECT_EQ(FormatMetricValues(s.values),
+            "test AUC 0.8100 (best 0.8100, higher is better; 3 evaluations)");
+  ASSERT_EQ(s.other_metrics.size(), 1u);
+  EXPECT_EQ(FormatMetricValues(s.other_metrics[0]),
+            "test logloss 0.4500 (best 0.4500, lower is better; 3 "
+            "evaluations)");
+  EXPECT_EQ(FormatTargetProgress(s),
+            "auc >= 0.8: reached after 30s (step 300, epoch 3.00)");
+
+  j.record.mutable_spec()->mutable_target()->set_value(0.9);
+  EXPECT_EQ(FormatTargetProgress(Summarize(j)), "auc >= 0.9: not reached");
+
+  j.record.mutable_spec()->mutable_target()->set_metric("logloss");
+  j.record.mutable_spec()->mutable_target()->set_value(0.47);
+  s = Summarize(j);
+  EXPECT_EQ(s.values.metric->name, "logloss");
+  EXPECT_EQ(FormatTargetProgress(s),
+            "logloss <= 0.47: reached after 20s (step 200, epoch 2.00)");
+
+  j.record.mutable_spec()->clear_target();  // no target: no target line
+  EXPECT_EQ(FormatTargetProgress(Summarize(j)), "");
+
+  const JobData fresh = JobWith("j", {});
+  MetricValues none = Summarize(fresh).values;
+  EXPECT_EQ(FormatMetricValues(none), "test accuracy - (no evaluation yet)");
+}
+
+TEST(Report, ComparisonMetricOfTheJobs) {
+  JobData bsp = JobWith("bsp", {{"test_auc", {0.7}}, {"test_logloss", {0.5}}});
+  JobData asp = JobWith("asp", {{"test_auc", {0.7}}, {"test_logloss", {0.5}}});
+  asp.record.mutable_spec()->mutable_target()->set_metric("auc");
+  asp.record.mutable_spec()->mutable_target()->set_value(0.78);
+  JobData mnist = JobWith("mnist", {{"test_accuracy", {0.8}}});
+
+  // One metric: the first spec target in it.
+  absl::StatusOr<ComparisonMetric> cmp =
+      ChooseComparisonMetric({bsp, asp}, "", 0);
+  ASSERT_TRUE(cmp.ok()) << cmp.status();
+  EXPECT_EQ(cmp->metric->name, "auc");
+  EXPECT_DOUBLE_EQ(cmp->target, 0.78);
+  // --target wins over the specs'.
+  cmp = ChooseComparisonMetric({bsp, asp}, "", 0.75);
+  ASSERT_TRUE(cmp.ok()) << cmp.status();
+  EXPECT_DOUBLE_EQ(cmp->target, 0.75);
+  // --metric picks one the specs set no target in.
+  cmp = ChooseComparisonMetric({bsp, asp}, "test_logloss", 0);
+  ASSERT_TRUE(cmp.ok()) << cmp.status();
+  EXPECT_EQ(cmp->metric->name, "logloss");
+  EXPECT_EQ(cmp->target, 0);
+
+  // Different metrics: refused, naming each job's, unless --metric.
+  cmp = ChooseComparisonMetric({bsp, mnist}, "", 0);
+  ASSERT_FALSE(cmp.ok());
+  EXPECT_EQ(cmp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cmp.status().message(),
+            "the jobs are judged by different metrics (bsp: auc, mnist: "
+            "accuracy); compare them in one with --metric (auc, logloss, "
+            "rmse, accuracy)");
+  cmp = ChooseComparisonMetric({bsp, mnist}, "accuracy", 0.85);
+  ASSERT_TRUE(cmp.ok()) << cmp.status();
+  EXPECT_EQ(cmp->metric->name, "accuracy");
+
+  // Bad flags.
+  cmp = ChooseComparisonMetric({bsp}, "f1", 0);
+  ASSERT_FALSE(cmp.ok());
+  EXPECT_NE(cmp.status().message().find("--metric: unknown metric 'f1'"),
+            std::string::npos)
+      << cmp.status();
+  cmp = ChooseComparisonMetric({bsp}, "", 1.5);
+  ASSERT_FALSE(cmp.ok());
+  EXPECT_EQ(cmp.status().message(),
+            "--target: for auc, must be in (0, 1], got 1.5");
+  cmp = ChooseComparisonMetric({bsp}, "logloss", -0.3);
+  ASSERT_FALSE(cmp.ok());
+  EXPECT_EQ(cmp.status().message(),
+            "--target: for logloss, must be > 0, got -0.3");
+}
+
+TEST(Report, ComparisonTableInALowerIsBetterMetric) {
+  const ComparisonMetric cmp{FindTestMetric("logloss"), 0.45};
+  const JobData fast =
+      JobWith("fast", {{"test_logloss", {0.60, 0.44}}, {"test_auc", {0.7}}});
+  const JobData slow = JobWith("slow", {{"test_logloss", {0.60, 0.50}}});
+  const JobData blind = JobWith("blind", {{"test_auc", {0.7}}});  // no logloss
+  std::vector<JobSummary> rows;
+  for (const JobData& j : {fast, slow, blind}) {
+    rows.push_back(Summarize(j, *cmp.metric, cmp.target));
+  }
+  const std::string table = FormatComparison(rows, cmp);
+  std::istringstream lines(table);
+  std::string title, header, row_fast, row_slow, row_blind;
+  std::getline(lines, title);
+  std::getline(lines, header);
+  std::getline(lines, row_fast);
+  std::getline(lines, row_slow);
+  std::getline(lines, row_blind);
+  EXPECT_EQ(title,
+            "metric: test logloss (lower is better); t@, steps@, epoch@: the "
+            "first evaluation with logloss <= 0.45");
+  EXPECT_NE(header.find(" t@0.45 "), std::string::npos) << header;
+  EXPECT_NE(row_fast.find(" 0.4400  0.4400       20s      200    2.00 "),
+            std::string::npos)
+      << row_fast;
+  EXPECT_NE(row_slow.find(" 0.5000  0.5000     never        -       - "),
+            std::string::npos)
+      << row_slow;
+  EXPECT_NE(row_blind.find("       -       -         -        -       - "),
+            std::string::npos)
+      << row_blind;
+
+  // No target: the title says how to set one and nobody is "never".
+  const std::string untargeted =
+      FormatComparison({rows[1]}, {FindTestMetric("logloss"), 0});
+  EXPECT_NE(untargeted.find("no target (set target in the job spec, or "
+                            "--target)"),
+            std::string::npos)
+      << untargeted;
+  EXPECT_NE(untargeted.find(" t@- "), std::string::npos) << untargeted;
+  EXPECT_EQ(untargeted.find("never"), std::string::npos) << untargeted;
+}
+
+TEST(Report, PlotsFollowTheMetric) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "gnuplot not installed (tools/setup.sh installs it)";
+  }
+  struct Case {
+    const char* metric;
+    double target;
+    const char* ylabel;
+    const char* key;
+  } cases[] = {
+      {"auc", 0.8, "set ylabel 'test AUC (higher is better)'",
+       "set key bottom right"},
+      {"logloss", 0.45, "set ylabel 'test logloss (lower is better)'",
+       "set key top right"},
+      {"rmse", 0, "set ylabel 'test RMSE (lower is better)'",
+       "set key top right"},
+  };
+  for (const Case& c : cases) {
+    const TestMetricInfo& m = *FindTestMetric(c.metric);
+    const std::string prefix = testing::TempDir() + "/plot-" + c.metric;
+    JobData j = JobWith("job-1", {{std::string(m.point_name), {0.9, 0.7}},
+                                  {"train_loss", {1.0, 0.5}}});
+    ASSERT_TRUE(WritePlots({j}, {&m, c.target}, prefix).ok()) << c.metric;
+    EXPECT_GT(std::filesystem::file_size(prefix + ".png"), 1000u) << c.metric;
+    std::ifstream data(prefix + "-job_1-" + c.metric + ".dat");
+    std::stringstream data_text;
+    data_text << data.rdbuf();
+    EXPECT_EQ(data_text.str(),
+              absl::StrCat("# time_s epoch step ", m.point_name,
+                           "\n10 1 100 0.9\n20 2 200 0.7\n"));
+    std::ifstream gp(prefix + ".gp");
+    std::stringstream script;
+    script << gp.rdbuf();
+    EXPECT_NE(script.str().find(c.ylabel), std::string::npos) << script.str();
+    EXPECT_NE(script.str().find(c.key), std::string::npos) << script.str();
+    EXPECT_NE(script.str().find("set ylabel 'training loss'"),
+              std::string::npos);
+    EXPECT_EQ(script.str().find("dashtype 2") != std::string::npos,
+              c.target > 0)
+        << script.str();
+  }
 }
 
 TEST(Report, ProgressLine) {
@@ -106,7 +380,7 @@ TEST(Report, WritesPngAndSvg) {
   JobData b = TwoWorkerJob();
   b.record.set_job_id("job-2");
   b.record.mutable_spec()->set_name("fmnist-asp");
-  ASSERT_TRUE(WritePlots({a, b}, prefix).ok());
+  ASSERT_TRUE(WritePlots({a, b}, {&AccuracyMetric(), 0.85}, prefix).ok());
   for (const char* ext : {".png", ".svg"}) {
     EXPECT_GT(std::filesystem::file_size(prefix + ext), 1000u) << ext;
   }
