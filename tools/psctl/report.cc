@@ -6,7 +6,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -117,18 +121,21 @@ void SummarizeSystem(const JobData& job, JobSummary& s) {
 
 // <metric_file>: time_s epoch step value of the metric's points;
 // <loss_file>: the binned training loss.
-absl::Status WriteJobData(const JobData& job, const TestMetricInfo& metric,
-                          const std::string& metric_file,
-                          const std::string& loss_file) {
+// Returns the numbers of metric and loss lines written.
+absl::StatusOr<std::pair<size_t, size_t>> WriteJobData(
+    const JobData& job, const TestMetricInfo& metric,
+    const std::string& metric_file, const std::string& loss_file) {
+  const std::vector<const MetricPoint*> series = SeriesOf(job.points, metric);
+  const std::map<int64_t, Bin> bins = LossBins(job.points);
   std::ofstream out(metric_file);
   out << "# time_s epoch step " << metric.point_name << "\n";
-  for (const MetricPoint* p : SeriesOf(job.points, metric)) {
+  for (const MetricPoint* p : series) {
     out << p->time_ms() / 1000.0 << " " << p->epoch() << " " << p->step() << " "
         << p->value() << "\n";
   }
   std::ofstream loss(loss_file);
   loss << "# time_s epoch train_loss (mean over workers per 0.1 epoch)\n";
-  for (const auto& [bin, b] : LossBins(job.points)) {
+  for (const auto& [bin, b] : bins) {
     loss << b.time_sum / b.n << " " << bin / 10.0 << " " << b.loss_sum / b.n
          << "\n";
   }
@@ -138,7 +145,26 @@ absl::Status WriteJobData(const JobData& job, const TestMetricInfo& metric,
     return absl::InternalError(
         absl::StrCat("cannot write ", metric_file, " or ", loss_file));
   }
-  return absl::OkStatus();
+  return std::pair{series.size(), bins.size()};
+}
+
+// A gnuplot `plot` of `data` (one curve per job that has points) and `extra`
+// (the target). gnuplot refuses a plot with no point at all ("x range is
+// invalid"), so with no data the panel says `note` instead.
+std::string PlotCommand(const std::vector<std::string>& data,
+                        const std::vector<std::string>& extra,
+                        absl::string_view note) {
+  if (!data.empty()) {
+    std::vector<std::string> all = data;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return absl::StrCat("plot ", absl::StrJoin(all, ", "), "\n");
+  }
+  return absl::StrCat(
+      "set label 1 '", note, "' at graph 0.5, graph 0.5 center\n",
+      "set xrange [0:1]\n",
+      extra.empty() ? "set yrange [0:1]\nplot NaN notitle\n"
+                    : absl::StrCat("plot ", absl::StrJoin(extra, ", "), "\n"),
+      "unset label 1\nset autoscale\n");
 }
 
 }  // namespace
@@ -355,27 +381,30 @@ absl::Status WritePlots(const std::vector<JobData>& jobs,
     const std::string base =
         absl::StrCat(prefix, "-", SafeName(job.record.job_id()));
     const std::string m_file = absl::StrCat(base, "-", tag, ".dat");
-    if (absl::Status st = WriteJobData(job, metric, m_file, base + "-loss.dat");
-        !st.ok()) {
-      return st;
-    }
+    absl::StatusOr<std::pair<size_t, size_t>> lines =
+        WriteJobData(job, metric, m_file, base + "-loss.dat");
+    if (!lines.ok()) return lines.status();
     const std::string t = absl::StrCat(" title '", label, "'");
-    m_time.push_back(
-        absl::StrCat("'", m_file, "' using 1:4 with linespoints", t));
-    m_epoch.push_back(
-        absl::StrCat("'", m_file, "' using 2:4 with linespoints", t));
-    loss_time.push_back(
-        absl::StrCat("'", base, "-loss.dat' using 1:3 with lines", t));
-    loss_epoch.push_back(
-        absl::StrCat("'", base, "-loss.dat' using 2:3 with lines", t));
+    if (lines->first > 0) {
+      m_time.push_back(
+          absl::StrCat("'", m_file, "' using 1:4 with linespoints", t));
+      m_epoch.push_back(
+          absl::StrCat("'", m_file, "' using 2:4 with linespoints", t));
+    }
+    if (lines->second > 0) {
+      loss_time.push_back(
+          absl::StrCat("'", base, "-loss.dat' using 1:3 with lines", t));
+      loss_epoch.push_back(
+          absl::StrCat("'", base, "-loss.dat' using 2:3 with lines", t));
+    }
   }
+  std::vector<std::string> target;
   if (cmp.target > 0) {
-    const std::string line =
-        absl::StrFormat("%.10g with lines dashtype 2 lc rgb 'dark-gray' title '%s'",
-                        cmp.target, TargetText(metric, cmp.target));
-    m_time.push_back(line);
-    m_epoch.push_back(line);
+    target.push_back(absl::StrFormat(
+        "%.10g with lines dashtype 2 lc rgb 'dark-gray' title '%s'", cmp.target,
+        TargetText(metric, cmp.target)));
   }
+  const std::string no_metric = absl::StrCat("no ", metric.label, " reported");
   // Rising curves (AUC, accuracy) keep their key out of the way at the
   // bottom; falling ones (logloss, RMSE) at the top.
   const char* key = metric.higher_is_better ? "bottom right" : "top right";
@@ -391,14 +420,13 @@ absl::Status WritePlots(const std::vector<JobData>& jobs,
        << "set multiplot layout 2,2 title 'sync vs async: " << metric.label
        << " and training loss'\n"
        << "set xlabel 'wall time (s)'\nset ylabel '" << ylabel << "'\n"
-       << "plot " << absl::StrJoin(m_time, ", ") << "\n"
-       << "set xlabel 'epoch'\n"
-       << "plot " << absl::StrJoin(m_epoch, ", ") << "\n"
+       << PlotCommand(m_time, target, no_metric) << "set xlabel 'epoch'\n"
+       << PlotCommand(m_epoch, target, no_metric)
        << "set key top right\nset xlabel 'wall time (s)'\n"
        << "set ylabel 'training loss'\n"
-       << "plot " << absl::StrJoin(loss_time, ", ") << "\n"
+       << PlotCommand(loss_time, {}, "no training loss reported")
        << "set xlabel 'epoch'\n"
-       << "plot " << absl::StrJoin(loss_epoch, ", ") << "\n"
+       << PlotCommand(loss_epoch, {}, "no training loss reported")
        << "unset multiplot\n";
   }
   gp.close();

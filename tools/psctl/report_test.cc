@@ -346,6 +346,32 @@ TEST(Report, PlotsFollowTheMetric) {
   }
 }
 
+TEST(Report, PlotsOfJobsWithoutPoints) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "gnuplot not installed (tools/setup.sh installs it)";
+  }
+  // Nothing evaluated in the metric and no training loss: gnuplot would
+  // refuse an empty plot, so each panel says what is missing.
+  const JobData blind = JobWith("blind", {{"test_auc", {0.7}}});
+  for (double target : {0.0, 0.9}) {
+    const std::string prefix =
+        absl::StrCat(testing::TempDir(), "/empty-", target > 0);
+    const absl::Status s =
+        WritePlots({blind}, {FindTestMetric("rmse"), target}, prefix);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_GT(std::filesystem::file_size(prefix + ".png"), 1000u);
+    std::ifstream gp(prefix + ".gp");
+    std::stringstream script;
+    script << gp.rdbuf();
+    EXPECT_NE(script.str().find("no test RMSE reported"), std::string::npos)
+        << script.str();
+    EXPECT_NE(script.str().find("no training loss reported"), std::string::npos)
+        << script.str();
+    EXPECT_EQ(script.str().find("blind-rmse.dat"), std::string::npos)
+        << script.str();
+  }
+}
+
 TEST(Report, ProgressLine) {
   JobRecord r;
   r.set_global_step(250);
