@@ -66,6 +66,13 @@ printf 'model { mlp { input_dim: 784 \n' > "$T/syntax.pbtxt"
 expect 5 "syntax error" -- psctl submit "$T/syntax.pbtxt"
 has "syntax.pbtxt:2:1" "$T/err" "line and column"
 expect 5 "missing spec file" -- psctl submit "$T/none.pbtxt"
+cat > "$T/target.pbtxt" <<'EOT'
+model { mlp { input_dim: 784 num_classes: 10 } }
+optimizer { learning_rate: 0.1 }
+target { metric: "f1" value: 0.5 }
+EOT
+expect 5 "target in an unknown metric" -- psctl submit "$T/target.pbtxt"
+has "target.pbtxt:3: target.metric: unknown metric 'f1'" "$T/err" "metric and line named"
 
 cat > "$T/ok.pbtxt" <<'EOT'
 name: "cli"
@@ -81,9 +88,11 @@ expect 0 "list" -- psctl list
 has "$job" "$T/out" "job listed"
 expect 0 "status" -- psctl status "$job"
 has "SUCCEEDED" "$T/out" "status shows the state"
+has "^metric     test accuracy 0\.[0-9]* (best 0\.[0-9]*, higher is better; [0-9]* evaluations\?)" "$T/out" "status shows the job's metric"
 expect 0 "metrics csv" -- psctl metrics "$job" --format csv
 has "job_id,name,step,epoch,time_ms,member_id,value,incarnation" "$T/out" "csv header"
 has ",train_loss," "$T/out" "csv rows"
+has "^job metric: test accuracy 0\.[0-9]*" "$T/err" "metrics names the job's metric on stderr"
 rows=$(wc -l < "$T/out")
 # No rollback in this job: superseded points are none.
 expect 0 "metrics --include_superseded" -- psctl metrics "$job" --format csv --include_superseded
@@ -99,6 +108,12 @@ expect 0 "explain" -- psctl explain "$job"
 has "$job" "$T/out" "explain names the job"
 expect 0 "compare" -- psctl compare "$job" "$job" --out "$T/cmp"
 [[ -s "$T/cmp.png" && -s "$T/cmp.svg" ]] || { echo "FAIL: no plot"; fails=$((fails + 1)); }
+has "^metric: test accuracy (higher is better); no target" "$T/out" "compare names the metric"
+expect 0 "compare --metric --target" -- psctl compare "$job" --metric rmse --target 0.5 --out "$T/cmp"
+has "rmse <= 0.5" "$T/out" "the target in the metric's direction"
+[[ -s "$T/cmp-${job//[^a-zA-Z0-9]/_}-rmse.dat" ]] || { echo "FAIL: no rmse data file"; fails=$((fails + 1)); }
+expect 5 "compare --metric unknown" -- psctl compare "$job" --metric f1
+has "unknown metric 'f1'" "$T/err" "compare names the bad metric"
 expect 4 "compare with an unknown job" -- psctl compare "$job" job-nope
 
 # A long job, cancelled: wait reports it with exit 1.

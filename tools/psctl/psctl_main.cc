@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/job_metric.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
@@ -223,7 +224,27 @@ std::string FormatTime(int64_t unix_ms) {
                           absl::LocalTimeZone());
 }
 
-void PrintJob(const JobRecord& r) {
+// GetJob, and the job's test metric points only (GetMetrics by name).
+absl::Status FetchJobMetrics(Client& c, const std::string& job_id,
+                             JobData* out) {
+  GetJobRequest g;
+  g.set_job_id(job_id);
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
+  GetMetricsRequest m;
+  m.set_job_id(job_id);
+  for (const TestMetricInfo& metric : TestMetrics()) {
+    m.add_names(std::string(metric.point_name));
+  }
+  GetMetricsResponse metrics;
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
+  out->points.assign(metrics.points().begin(), metrics.points().end());
+  return absl::OkStatus();
+}
+
+void PrintJob(const JobData& job) {
+  const JobRecord& r = job.record;
   std::printf("job        %s (%s)\n", r.job_id().c_str(),
               r.spec().name().c_str());
   std::printf("state      %s%s%s\n", JobState_Name(r.state()).c_str(),
@@ -238,13 +259,52 @@ void PrintJob(const JobRecord& r) {
   std::printf("progress   step %lld/%lld, epoch %.2f\n",
               static_cast<long long>(r.global_step()),
               static_cast<long long>(r.total_steps()), r.epoch());
-  std::printf(
-      "loss       %.4f\naccuracy   %.4f (best %.4f)\nthroughput %.0f "
-      "examples/s\n",
-      r.last_train_loss(), r.last_test_accuracy(), r.best_test_accuracy(),
-      r.examples_per_sec());
+  std::printf("loss       %.4f\n", r.last_train_loss());
+  // The job's metric first, then any other test metric it reported.
+  const JobSummary summary = Summarize(job);
+  std::printf("metric     %s\n", FormatMetricValues(summary.values).c_str());
+  for (const MetricValues& v : summary.other_metrics) {
+    std::printf("           %s\n", FormatMetricValues(v).c_str());
+  }
+  if (const std::string t = FormatTargetProgress(summary); !t.empty()) {
+    std::printf("target     %s\n", t.c_str());
+  }
+  std::printf("throughput %.0f examples/s\n", r.examples_per_sec());
   std::printf("workers    %d, servers %d, events %lld\n", r.workers_size(),
               r.servers_size(), static_cast<long long>(r.num_events()));
+}
+
+struct CompareFlags {
+  std::vector<std::string> job_ids;
+  std::string metric;
+  double target = 0;
+  std::string out_prefix = "compare";
+};
+
+int RunCompare(Client& c, const CompareFlags& flags) {
+  std::vector<JobData> jobs(flags.job_ids.size());
+  for (size_t i = 0; i < flags.job_ids.size(); ++i) {
+    if (absl::Status s = FetchJobData(c, flags.job_ids[i], &jobs[i]); !s.ok()) {
+      return Fail(s);
+    }
+  }
+  absl::StatusOr<ComparisonMetric> cmp =
+      ChooseComparisonMetric(jobs, flags.metric, flags.target);
+  if (!cmp.ok()) return Fail(cmp.status());
+  std::vector<JobSummary> rows;
+  for (const JobData& j : jobs) {
+    rows.push_back(Summarize(j, *cmp->metric, cmp->target));
+  }
+  std::printf("%s", FormatComparison(rows, *cmp).c_str());
+  const std::string& out = flags.out_prefix;
+  if (absl::Status s = WritePlots(jobs, *cmp, out); !s.ok()) {
+    std::fprintf(stderr, "psctl: plot not written: %s\n",
+                 std::string(s.message()).c_str());
+    return ExitFor(s);
+  }
+  std::printf("plots: %s.png %s.svg (gnuplot script %s.gp)\n", out.c_str(),
+              out.c_str(), out.c_str());
+  return kOk;
 }
 
 }  // namespace
@@ -312,24 +372,27 @@ int Main(int argc, char** argv) {
       "the local processes");
 
   // jobs
-  std::string job_file, job_id, format = "csv", out_prefix = "compare";
+  std::string job_file, job_id, format = "csv";
   bool wait = false;
-  double target = 0;
-  std::vector<std::string> job_ids;
+  CompareFlags cmp;
   CLI::App* submit =
       app.add_subcommand("submit", "Submit a job spec (text format)");
   submit->add_option("job", job_file, "Job spec .pbtxt")->required();
   submit->add_flag("--wait", wait,
                    "Follow the job with a progress bar until it ends");
   CLI::App* list = app.add_subcommand("list", "List jobs");
-  CLI::App* status = app.add_subcommand("status", "Show one job");
+  CLI::App* status = app.add_subcommand(
+      "status",
+      "Show one job, with its test metric (docs/metrics.md) and its target");
   status->add_option("job", job_id, "Job id")->required();
   CLI::App* waitcmd = app.add_subcommand("wait", "Follow a job until it ends");
   waitcmd->add_option("job", job_id, "Job id")->required();
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
   cancel->add_option("job", job_id, "Job id")->required();
-  CLI::App* metrics =
-      app.add_subcommand("metrics", "Print a job's metric series");
+  CLI::App* metrics = app.add_subcommand(
+      "metrics",
+      "Print a job's metric series on stdout, and its test metric's last and "
+      "best value (and target) in one line on stderr");
   metrics->add_option("job", job_id, "Job id")->required();
   metrics->add_option("--format", format, "csv or json")
       ->check(CLI::IsMember({"csv", "json"}))
@@ -348,13 +411,21 @@ int Main(int argc, char** argv) {
   explain->add_option("job", job_id, "Job id")->required();
   CLI::App* compare = app.add_subcommand(
       "compare",
-      "Compare jobs: a table, and plots <out>.png and <out>.svg (with "
-      "<out>.gp and its data <out>-<job>-{acc,loss}.dat, to replot)");
-  compare->add_option("jobs", job_ids, "Job ids")->required();
+      "Compare jobs in their test metric (AUC, logloss, RMSE or accuracy: "
+      "docs/metrics.md): a table, and plots <out>.png and <out>.svg (with "
+      "<out>.gp and its data <out>-<job>-<m>.dat, m = acc, auc, logloss or "
+      "rmse, and <out>-<job>-loss.dat, to replot). Jobs judged by different "
+      "metrics are refused unless --metric names one");
+  compare->add_option("jobs", cmp.job_ids, "Job ids")->required();
+  compare->add_option("--metric", cmp.metric,
+                      "Compare in this metric: auc, logloss, rmse or accuracy "
+                      "(default: the jobs' own, which must agree)");
   compare->add_option(
-      "--target", target,
-      "Target test accuracy (default: the first job's target_accuracy)");
-  compare->add_option("--out", out_prefix, "Plot file prefix")
+      "--target", cmp.target,
+      "Target in the metric, met at >= for auc and accuracy, <= for logloss "
+      "and rmse (default: the first job's target in it, from its spec's "
+      "target or target_accuracy)");
+  compare->add_option("--out", cmp.out_prefix, "Plot file prefix")
       ->capture_default_str();
 
   AddDeployCommands(app);  // slurm submit, k8s render (tools/psctl/deploy.h)
@@ -477,14 +548,11 @@ int Main(int argc, char** argv) {
     return kOk;
   }
   if (*status) {
-    GetJobRequest req;
-    req.set_job_id(job_id);
-    JobRecord r;
-    if (absl::Status s = c->Call(&CoordinatorService::Stub::GetJob, req, &r);
-        !s.ok()) {
+    JobData job;
+    if (absl::Status s = FetchJobMetrics(*c, job_id, &job); !s.ok()) {
       return Fail(s);
     }
-    PrintJob(r);
+    PrintJob(job);
     return kOk;
   }
   if (*cancel) {
@@ -517,6 +585,18 @@ int Main(int argc, char** argv) {
     }
     std::printf("%s", resp.text().c_str());
     if (!resp.text().empty() && !resp.text().ends_with("\n")) std::printf("\n");
+    std::fflush(stdout);
+    // The job's metric, on stderr so that stdout stays CSV or JSON.
+    JobData job;
+    if (absl::Status s = FetchJobMetrics(*c, job_id, &job); !s.ok()) {
+      return Fail(s);
+    }
+    const JobSummary summary = Summarize(job);
+    std::string line = FormatMetricValues(summary.values);
+    if (const std::string t = FormatTargetProgress(summary); !t.empty()) {
+      absl::StrAppend(&line, "; ", t);
+    }
+    std::fprintf(stderr, "job metric: %s\n", line.c_str());
     return kOk;
   }
   if (*events) {
@@ -547,27 +627,7 @@ int Main(int argc, char** argv) {
     if (!resp.text().ends_with("\n")) std::printf("\n");
     return kOk;
   }
-  if (*compare) {
-    std::vector<JobData> jobs(job_ids.size());
-    std::vector<JobSummary> rows;
-    for (size_t i = 0; i < job_ids.size(); ++i) {
-      if (absl::Status s = FetchJobData(*c, job_ids[i], &jobs[i]); !s.ok()) {
-        return Fail(s);
-      }
-    }
-    if (target <= 0 && !jobs.empty())
-      target = jobs[0].record.spec().target_accuracy();
-    for (const JobData& j : jobs) rows.push_back(Summarize(j, target));
-    std::printf("%s", FormatComparison(rows, target).c_str());
-    if (absl::Status s = WritePlots(jobs, out_prefix); !s.ok()) {
-      std::fprintf(stderr, "psctl: plot not written: %s\n",
-                   std::string(s.message()).c_str());
-      return ExitFor(s);
-    }
-    std::printf("plots: %s.png %s.svg (gnuplot script %s.gp)\n",
-                out_prefix.c_str(), out_prefix.c_str(), out_prefix.c_str());
-    return kOk;
-  }
+  if (*compare) return RunCompare(*c, cmp);
   return kUsage;
 }
 
