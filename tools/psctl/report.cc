@@ -167,6 +167,20 @@ std::string PlotCommand(const std::vector<std::string>& data,
       "unset label 1\nset autoscale\n");
 }
 
+// JobMetric, or nullptr where it would fall back to accuracy (no target, no
+// test point yet): such a job has no say in a comparison's metric.
+const TestMetricInfo* KnownJobMetric(const JobData& job) {
+  if (const JobTarget t = TargetOf(job.record.spec()); t.metric != nullptr) {
+    return t.metric;
+  }
+  for (const TestMetricInfo& m : TestMetrics()) {
+    for (const MetricPoint& p : job.points) {
+      if (p.name() == m.point_name) return &m;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::string FormatDuration(double seconds) {
@@ -206,15 +220,8 @@ std::string ProgressLine(const JobRecord& job, double elapsed_s, int width) {
 }
 
 const TestMetricInfo& JobMetric(const JobData& job) {
-  if (const JobTarget t = TargetOf(job.record.spec()); t.metric != nullptr) {
-    return *t.metric;
-  }
-  for (const TestMetricInfo& m : TestMetrics()) {
-    for (const MetricPoint& p : job.points) {
-      if (p.name() == m.point_name) return m;
-    }
-  }
-  return AccuracyMetric();
+  const TestMetricInfo* m = KnownJobMetric(job);
+  return m != nullptr ? *m : AccuracyMetric();
 }
 
 JobSummary Summarize(const JobData& job, const TestMetricInfo& metric,
@@ -289,15 +296,19 @@ absl::StatusOr<ComparisonMetric> ChooseComparisonMetric(
           absl::StrCat("--metric: unknown metric '", metric_flag, "'; one of ",
                        TestMetricNames()));
     }
-  } else if (!jobs.empty()) {
-    cmp.metric = &JobMetric(jobs[0]);
+  } else {
+    // Jobs that have not evaluated yet (and set no target) take the others'.
+    const TestMetricInfo* common = nullptr;
     std::vector<std::string> each;
     bool mixed = false;
     for (const JobData& j : jobs) {
-      const TestMetricInfo& m = JobMetric(j);
-      mixed |= &m != cmp.metric;
-      each.push_back(absl::StrCat(j.record.job_id(), ": ", m.name));
+      const TestMetricInfo* m = KnownJobMetric(j);
+      if (m == nullptr) continue;
+      if (common == nullptr) common = m;
+      mixed |= m != common;
+      each.push_back(absl::StrCat(j.record.job_id(), ": ", m->name));
     }
+    if (common != nullptr) cmp.metric = common;
     if (mixed) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the jobs are judged by different metrics (",

@@ -90,9 +90,11 @@ struct ComparisonMetric {
 };
 
 // The metric of a comparison: `metric_flag` when not empty (a name or point
-// name; INVALID_ARGUMENT if unknown), else the jobs' common JobMetric.
-// Jobs judged by different metrics are refused (INVALID_ARGUMENT naming each
-// job's metric and suggesting --metric) rather than ranked on mixed columns.
+// name; INVALID_ARGUMENT if unknown), else the jobs' common JobMetric, where
+// a job with no target and no test point yet takes the others' (accuracy if
+// none has one). Jobs judged by different metrics are refused
+// (INVALID_ARGUMENT naming each job's metric and suggesting --metric) rather
+// than ranked on mixed columns.
 // The target: `target_flag` when not 0 (INVALID_ARGUMENT if it is no valid
 // target in the metric), else the first job's spec target in that metric,
 // else none.

@@ -240,6 +240,14 @@ TEST(Report, ComparisonMetricOfTheJobs) {
             "the jobs are judged by different metrics (bsp: auc, mnist: "
             "accuracy); compare them in one with --metric (auc, logloss, "
             "rmse, accuracy)");
+  // A job not evaluated yet, with no target, takes the others' metric.
+  const JobData fresh = JobWith("fresh", {});
+  cmp = ChooseComparisonMetric({fresh, bsp}, "", 0);
+  ASSERT_TRUE(cmp.ok()) << cmp.status();
+  EXPECT_EQ(cmp->metric->name, "auc");
+  cmp = ChooseComparisonMetric({fresh}, "", 0);
+  ASSERT_TRUE(cmp.ok()) << cmp.status();
+  EXPECT_EQ(cmp->metric->name, "accuracy");
   cmp = ChooseComparisonMetric({bsp, mnist}, "accuracy", 0.85);
   ASSERT_TRUE(cmp.ok()) << cmp.status();
   EXPECT_EQ(cmp->metric->name, "accuracy");
