@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,30 @@ grpc::ByteBuffer FakeTransport::Encode(
     out.push_back(std::move(o));
   }
   return EncodeWithPayloads(header, chunks_field, out);
+}
+
+grpc::ByteBuffer FakeTransport::EncodeSparse(
+    const google::protobuf::MessageLite& header, PayloadFields fields,
+    const std::vector<FakeSparse>& sparse) {
+  std::vector<SparseRowsOut> out;
+  for (const FakeSparse& f : sparse) {
+    SparseRowsOut o;
+    o.table = f.table;
+    o.dtype = f.dtype;
+    o.num_rows = f.num_rows;
+    o.dim = f.dim;
+    char* data = nullptr;
+    if (!f.keys.empty()) {
+      o.keys = AllocateSlice(8 * f.keys.size(), &data);
+      std::memcpy(data, f.keys.data(), 8 * f.keys.size());
+    }
+    if (!f.rows.empty()) {
+      o.rows = AllocateSlice(f.rows.size(), &data);
+      std::memcpy(data, f.rows.data(), f.rows.size());
+    }
+    out.push_back(std::move(o));
+  }
+  return EncodeMessage(header, {0, fields.sparse}, {}, out);
 }
 
 bool FakeTransport::WaitForAttempts(size_t n, absl::Duration timeout) {
@@ -167,18 +192,22 @@ void FakeTransport::Start(Attempt& attempt, int shard, Rpc rpc,
     p.request.slices.emplace_back(reinterpret_cast<const char*>(s.begin()),
                                   s.size());
   }
-  std::vector<ChunkView> views;
-  std::vector<grpc::Slice> kept;
-  std::string arena;
-  absl::Status decoded = rpc == Rpc::kPush
-                             ? DecodeWithPayloads(*request, 6, &p.request.push,
-                                                  &views, &kept, &arena)
-                             : DecodeWithPayloads(*request, 0, &p.request.pull,
-                                                  &views, &kept, &arena);
-  EXPECT_TRUE(decoded.ok()) << decoded;
-  for (const ChunkView& v : views) {
+  DecodedMessage decoded;
+  absl::Status s = rpc == Rpc::kPush
+                       ? DecodeMessage(*request, kPushRequestFields,
+                                       &p.request.push, &decoded)
+                       : DecodeMessage(*request, kPullRequestFields,
+                                       &p.request.pull, &decoded);
+  EXPECT_TRUE(s.ok()) << s;
+  for (const ChunkView& v : decoded.chunks) {
     p.request.chunks.push_back(
         {v.chunk_id, v.dtype, v.num_elements, std::string(v.data)});
+  }
+  for (const SparseRowsView& v : decoded.sparse) {
+    p.request.sparse.push_back(
+        {v.table, v.dtype, v.num_rows, v.dim,
+         std::vector<uint64_t>(v.keys.begin(), v.keys.end()),
+         std::string(v.rows)});
   }
   std::shared_ptr<Listener> cancelled;
   {

@@ -37,6 +37,16 @@ struct FakeChunk {
   std::string data;
 };
 
+// Sparse rows of a request or an answer, copied out of it.
+struct FakeSparse {
+  int32_t table = 0;
+  DType dtype = DTYPE_UNSPECIFIED;
+  int64_t num_rows = 0;
+  int32_t dim = 0;
+  std::vector<uint64_t> keys;
+  std::string rows;
+};
+
 // One attempt's request, decoded.
 struct FakeRequest {
   int shard = 0;
@@ -44,6 +54,8 @@ struct FakeRequest {
   PushRequest push;  // rpc == kPush (without its chunks)
   PullRequest pull;  // rpc == kPull
   std::vector<FakeChunk> chunks;
+  // PushRequest.sparse or PullRequest.sparse (then_pull's stay in `push`).
+  std::vector<FakeSparse> sparse;
   // Where the request's slices lay when it was sent (addresses only, for
   // checking that payloads were sent from the caller's memory).
   std::vector<std::pair<const char*, size_t>> slices;
@@ -67,6 +79,12 @@ class FakeTransport final : public Transport {
   static grpc::ByteBuffer Encode(const google::protobuf::MessageLite& header,
                                  int chunks_field = 0,
                                  const std::vector<FakeChunk>& chunks = {});
+
+  // Serializes `header` with `sparse` as its SparseRows field
+  // (fields.sparse) and no chunks, as a server would answer.
+  static grpc::ByteBuffer EncodeSparse(
+      const google::protobuf::MessageLite& header, PayloadFields fields,
+      const std::vector<FakeSparse>& sparse);
 
   // Blocks until at least `n` attempts wait for an answer, at most
   // `timeout`; whether they do.

@@ -5,11 +5,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/key_placement.h"
 #include "common/payload_codec.h"
 #include "common/status.h"
 #include "worker/client/call_engine.h"
 #include "worker/client/dense_codec.h"
 #include "worker/client/grpc_transport.h"
+#include "worker/client/sparse_codec.h"
 
 namespace ps::client {
 namespace {
@@ -27,6 +29,8 @@ class ClientImpl final : public ParameterClient {
                {options.wire_dtype, options.max_request_bytes,
                 options.chunks_final},
                &session_),
+        sparse_(options.sparse_tables, placement.num_shards,
+                options.max_request_bytes, &session_),
         engine_(std::move(transport), {options.retry, options.send_thread},
                 clock) {}
 
@@ -48,6 +52,14 @@ class ClientImpl final : public ParameterClient {
       std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
       int64_t next_clock, int64_t min_version,
       std::vector<absl::Span<float>> tensors) override;
+  Ticket PullRows(int64_t clock, int64_t min_version,
+                  std::vector<SparsePull> pulls) override;
+  Ticket PushRows(std::vector<SparsePush> grads, int64_t clock,
+                  int64_t base_version) override;
+  StepTickets PushRowsAndPull(std::vector<SparsePush> grads, int64_t clock,
+                              int64_t base_version, int64_t next_clock,
+                              int64_t min_version,
+                              std::vector<SparsePull> next) override;
   const Placement& placement() const override { return codec_.placement(); }
   void CancelInFlight() override { engine_.CancelInFlight(); }
 
@@ -84,6 +96,7 @@ class ClientImpl final : public ParameterClient {
   const ParameterClientOptions options_;
   Session session_;
   const DenseCodec codec_;
+  const SparseCodec sparse_;
   // Last: destroyed first, waiting for the calls in flight, whose messages
   // use the members above.
   CallEngine engine_;
@@ -288,6 +301,101 @@ ParameterClient::StepTickets ClientImpl::PushTensorsAndPull(
   return {Ticket(end), Ticket(pull)};
 }
 
+Ticket ClientImpl::PullRows(int64_t clock, int64_t min_version,
+                            std::vector<SparsePull> pulls) {
+  auto ticket = NewTicket();
+  absl::StatusOr<SparsePullPlan> plan =
+      sparse_.PlanPull("PullRows", std::move(pulls));
+  if (!plan.ok()) {
+    ticket->Fail(plan.status());
+    return Ticket(ticket);
+  }
+  int total = 0;
+  for (const auto& m : plan->messages) total += m.size();
+  ticket->Add(total);
+  for (int s = 0; s < num_shards(); ++s) {
+    for (SparseMessage& m : plan->messages[s]) {
+      engine_.Send(ticket, s, Rpc::kPull,
+                   sparse_.PullMessage(ticket, s, std::move(m), clock,
+                                       min_version, plan->target),
+                   Origin::kCaller);
+    }
+  }
+  return Ticket(ticket);
+}
+
+Ticket ClientImpl::PushRows(std::vector<SparsePush> grads, int64_t clock,
+                            int64_t base_version) {
+  return PushRowsAndPull(std::move(grads), clock, base_version, 0, 0, {}).end;
+}
+
+// Message i to a shard carries its push's i-th message and its pull's i-th
+// (in then_pull): as many messages as the longer of the two.
+ParameterClient::StepTickets ClientImpl::PushRowsAndPull(
+    std::vector<SparsePush> grads, int64_t clock, int64_t base_version,
+    int64_t next_clock, int64_t min_version, std::vector<SparsePull> next) {
+  auto end = NewTicket();
+  auto pull = NewTicket();
+  absl::StatusOr<SparseShardMessages> pushes =
+      sparse_.PlanPush("PushRows", grads);
+  absl::StatusOr<SparsePullPlan> pulls =
+      sparse_.PlanPull("PushRowsAndPull", std::move(next));
+  absl::Status bad = pushes.ok() ? pulls.status() : pushes.status();
+  if (!bad.ok()) {
+    end->Fail(bad);
+    pull->Fail(bad);
+    return {Ticket(end), Ticket(pull)};
+  }
+  int messages = 0, asks = 0;
+  for (int s = 0; s < num_shards(); ++s) {
+    messages += std::max((*pushes)[s].size(), pulls->messages[s].size());
+    asks += pulls->messages[s].size();
+  }
+  end->Add(messages);
+  pull->Add(asks);
+  for (int s = 0; s < num_shards(); ++s) {
+    std::vector<SparseMessage>& push = (*pushes)[s];
+    std::vector<SparseMessage>& ask = pulls->messages[s];
+    for (size_t m = 0; m < std::max(push.size(), ask.size()); ++m) {
+      SparseCodec::ThenPull then;
+      if (m < ask.size()) {
+        then.pull = pull;
+        then.ask = std::move(ask[m]);
+        then.clock = next_clock;
+        then.min_version = min_version;
+        then.target = pulls->target;
+      }
+      engine_.Send(
+          end, s, Rpc::kPush,
+          sparse_.PushMessage(
+              end, s, m < push.size() ? std::move(push[m]) : SparseMessage{},
+              clock, base_version, std::move(then), &engine_),
+          Origin::kCaller);
+    }
+  }
+  return {Ticket(end), Ticket(pull)};
+}
+
+absl::Status CheckOptions(const ParameterClientOptions& options,
+                          int num_shards) {
+  for (const SparseTableSpec& t : options.sparse_tables) {
+    if (t.dim() < 1 || t.dim() > 65536 || DTypeSize(t.dtype()) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ParameterClient: sparse table ", t.name(), " has dim ",
+                       t.dim(), " and dtype ", t.dtype(),
+                       "; dim in [1, 65536] and a known dtype "
+                       "are required"));
+    }
+  }
+  if (!options.sparse_tables.empty() &&
+      (num_shards < 1 || num_shards > kMaxKeyShards)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ParameterClient: sparse tables over ", num_shards,
+                     " shards (1 to ", kMaxKeyShards, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOptions(const ParameterClientOptions& options) {
   if (options.connections_per_shard < 1 || options.max_request_bytes < 4 ||
       DTypeSize(options.wire_dtype) == 0) {
@@ -338,8 +446,39 @@ ParameterClient::CreateWithTransport(const ParameterClientOptions& options,
         " shards for a placement on ", placement.num_shards, " shards"));
   }
   PS_RETURN_IF_ERROR(CheckOptions(options));
+  PS_RETURN_IF_ERROR(CheckOptions(options, placement.num_shards));
   return std::unique_ptr<ParameterClient>(new ClientImpl(
       options, job_id, worker_id, placement, std::move(transport), clock));
+}
+
+// The defaults, for implementations without sparse tables (fakes).
+namespace {
+absl::Status NoSparse(absl::string_view what) {
+  return absl::UnimplementedError(
+      absl::StrCat(what, ": this parameter client has no sparse tables"));
+}
+}  // namespace
+
+Ticket ParameterClient::PullRows(int64_t, int64_t, std::vector<SparsePull>) {
+  auto ticket = std::make_shared<TicketState>();
+  ticket->Fail(NoSparse("PullRows"));
+  return Ticket(ticket);
+}
+
+Ticket ParameterClient::PushRows(std::vector<SparsePush>, int64_t, int64_t) {
+  auto ticket = std::make_shared<TicketState>();
+  ticket->Fail(NoSparse("PushRows"));
+  return Ticket(ticket);
+}
+
+ParameterClient::StepTickets ParameterClient::PushRowsAndPull(
+    std::vector<SparsePush>, int64_t, int64_t, int64_t, int64_t,
+    std::vector<SparsePull>) {
+  auto end = std::make_shared<TicketState>();
+  auto pull = std::make_shared<TicketState>();
+  end->Fail(NoSparse("PushRowsAndPull"));
+  pull->Fail(NoSparse("PushRowsAndPull"));
+  return {Ticket(end), Ticket(pull)};
 }
 
 }  // namespace ps::client

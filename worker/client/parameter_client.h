@@ -97,6 +97,10 @@ struct ParameterClientOptions {
   // docs/performance.md, "Polling for weights"); not where the machine's
   // cores are all taken.
   absl::Duration wait_spin = absl::ZeroDuration();
+  // The job's sparse tables (ModelSpec.sparse_tables; the index is the
+  // table's id in PullRows / PushRows). Each table's rows travel in its
+  // own dtype (SparseTableSpec.dtype), whatever wire_dtype says.
+  std::vector<SparseTableSpec> sparse_tables;
 };
 
 // One tensor's gradient: all of it (placement.tensor_elements[tensor_index]
@@ -107,6 +111,29 @@ struct TensorGrad {
   int tensor_index = 0;
   absl::Span<const float> grad;
   int64_t offset = 0;
+};
+
+// Rows of sparse table `table` (ParameterClientOptions::sparse_tables) to
+// pull: `keys` (unique ones: the shards answer repeated keys too, but the
+// bytes are wasted) and `rows`, keys.size() x dim floats that receive row i
+// of key i. Keys grouped by shard (KeyDeduplicator::DeduplicateByShard) are
+// sent from the caller's memory and their rows written in place; other
+// orders cost a gather of the keys.
+struct SparsePull {
+  int table = 0;
+  absl::Span<const uint64_t> keys;
+  absl::Span<float> rows;
+};
+
+// The gradients of sparse table `table`'s rows: `keys` unique (a push with
+// a repeated key is refused by the shard, INVALID_ARGUMENT: sum a batch's
+// gradients per key first, SumRowsByInverse in unique_keys.h) and `grads`,
+// keys.size() x dim floats. With keys grouped by shard and an fp32 table,
+// both are sent from the caller's memory without a copy.
+struct SparsePush {
+  int table = 0;
+  absl::Span<const uint64_t> keys;
+  absl::Span<const float> grads;
 };
 
 class ParameterClient {
@@ -200,6 +227,40 @@ class ParameterClient {
       std::vector<TensorGrad> grads, int64_t clock, int64_t base_version,
       int64_t next_clock, int64_t min_version,
       std::vector<absl::Span<float>> tensors) = 0;
+
+  // Sparse tables. Each table's keys go to their shards
+  // (common/key_placement.h) in parallel, in messages of at most
+  // max_request_bytes of keys and rows each (a pull's measured by its
+  // answer), with the retries of every call; the answers' rows are written
+  // straight into the caller's buffers, widened from the table's dtype.
+  // Buffers stay alive (and, for pushes, unchanged) until the ticket is
+  // done. INVALID_ARGUMENT (on the ticket) for an unknown table, a buffer
+  // whose size is not keys x dim, or a table given twice in one push;
+  // a shard's errors name the shard. The default implementation (for
+  // fakes) fails with UNIMPLEMENTED.
+  //
+  // PullRows: the rows of `pulls`' keys, as PullAll waits (BSP: version >=
+  // min_version). The ticket's version: the lowest the shards reported.
+  // A sparse pull does not change the base version of later pushes
+  // (kPulledVersion stays the last PullAll's).
+  virtual Ticket PullRows(int64_t clock, int64_t min_version,
+                          std::vector<SparsePull> pulls);
+  // PushRows: pushes `grads` (not ending the step), each shard's part with
+  // the shard's next sequence numbers, so a retry is applied once.
+  virtual Ticket PushRows(std::vector<SparsePush> grads, int64_t clock,
+                          int64_t base_version = kPulledVersion);
+  // PushRows whose messages carry `next` (the next batch's keys; other
+  // keys and tables than the push's may be given) in their then_pull, so
+  // that the rows come back in the pushes' answers (one round trip per
+  // shard), waiting as PullRows(next_clock, min_version) would; a shard
+  // whose share of `next` needs more messages than its push sends empty
+  // pushes for the rest. `end` covers the pushes, `pull` the rows (a
+  // failed push fails its rows' pull; a server that ignores then_pull gets
+  // a plain pull after the push).
+  virtual StepTickets PushRowsAndPull(std::vector<SparsePush> grads,
+                                      int64_t clock, int64_t base_version,
+                                      int64_t next_clock, int64_t min_version,
+                                      std::vector<SparsePull> next);
 
   virtual const Placement& placement() const = 0;
 
