@@ -24,7 +24,7 @@ namespace {
 // shards send once they are applied (BSP: as soon as every worker's
 // gradient of them is in; SSP: once the slowest worker is within the
 // bound). Not thread-safe (one training loop calls it).
-class PsAccess final : public ParameterAccess {
+class PsAccess final : public ParameterAccess, public SparseRowAccess {
  public:
   // Big enough that biases and small layers share a message, small enough
   // that a big layer leaves as soon as backward has produced it.
@@ -84,6 +84,8 @@ class PsAccess final : public ParameterAccess {
     for (const client::Ticket& t : step.pulls) {
       (void)Await(t, absl::StrCat("pull at clock ", clock + 1));
     }
+    absl::Status rows = AwaitRows(step);
+    if (staleness.ok() && !rows.ok()) return rows;
     return staleness;
   }
 
@@ -148,10 +150,45 @@ class PsAccess final : public ParameterAccess {
 
   void CancelCalls() override { client_->CancelInFlight(); }
 
+  absl::StatusOr<int64_t> PullRows(
+      int64_t clock, std::vector<client::SparsePull> pulls) override {
+    client::Ticket t =
+        client_->PullRows(clock, MinVersion(clock), std::move(pulls));
+    PS_RETURN_IF_ERROR(Await(t, absl::StrCat("rows pull at clock ", clock)));
+    return t.version();
+  }
+
+  absl::Status PushRows(int64_t clock, int64_t base_version,
+                        std::vector<client::SparsePush> grads) override {
+    base_version_ = base_version;
+    pushes_.push_back(client_->PushRows(std::move(grads), clock, base_version));
+    return absl::OkStatus();
+  }
+
+  absl::Status PushRowsAndPull(int64_t clock, int64_t base_version,
+                               std::vector<client::SparsePush> grads,
+                               std::vector<client::SparsePull> next) override {
+    base_version_ = base_version;
+    client::ParameterClient::StepTickets t =
+        client_->PushRowsAndPull(std::move(grads), clock, base_version,
+                                 clock + 1, MinVersion(clock + 1), next);
+    pushes_.push_back(t.end);
+    row_pulls_.push_back({t.pull, std::move(next)});
+    return absl::OkStatus();
+  }
+
  private:
   // One step's calls: its pushes, the weights they ask back (`pulls`, by
   // chunk in `pull_of`), and its end of step with the rest of the weights.
+  // Rows a push asked back, and their keys (pulled again if it was
+  // refused).
+  struct RowPull {
+    client::Ticket ticket;
+    std::vector<client::SparsePull> keys;
+  };
+
   struct Step {
+    std::vector<RowPull> row_pulls;
     int64_t clock = 0;
     int64_t base_version = 0;
     std::vector<client::Ticket> pushes;
@@ -244,6 +281,8 @@ class PsAccess final : public ParameterAccess {
     step.pulls = std::move(pulls_);
     step.pull_of = std::move(pull_of_);
     step.asked = std::move(asked_);
+    step.row_pulls = std::move(row_pulls_);
+    row_pulls_.clear();
     pushes_.clear();
     pulls_.clear();
     pull_of_.clear();
@@ -277,6 +316,10 @@ class PsAccess final : public ParameterAccess {
     if (!pulled.ok()) {
       (void)Await(step.end_pull, what);
       return pulled;
+    }
+    if (absl::Status rows = AwaitRows(step); !rows.ok()) {
+      (void)Await(step.end_pull, what);
+      return rows;
     }
     // A refused push left its chunks without new weights: all pulled again.
     // (The end of step always asks, for the version only if nothing is
@@ -313,6 +356,20 @@ class PsAccess final : public ParameterAccess {
     pending_.clear();
     pending_bytes_ = 0;
     return out;
+  }
+
+  // Waits for the rows the step's pushes asked back; those of a push
+  // refused as too stale (ABORTED) are pulled on their own.
+  absl::Status AwaitRows(const Step& step) {
+    const std::string what =
+        absl::StrCat("rows pull at clock ", step.clock + 1);
+    absl::Status first;
+    for (const RowPull& r : step.row_pulls) {
+      absl::Status s = Await(r.ticket, what);
+      if (absl::IsAborted(s)) s = PullRows(step.clock + 1, r.keys).status();
+      if (first.ok()) first = s;
+    }
+    return first;
   }
 
   // Waits for a step's pushes and its end: the staleness the pushes saw.
@@ -377,9 +434,14 @@ class PsAccess final : public ParameterAccess {
   std::vector<client::Ticket> pulls_;
   std::vector<int> pull_of_;
   std::vector<int64_t> asked_;
+  std::vector<RowPull> row_pulls_;
 };
 
 }  // namespace
+
+SparseRowAccess* SparseRowsOf(ParameterAccess* access) {
+  return dynamic_cast<SparseRowAccess*>(access);
+}
 
 std::unique_ptr<ParameterAccess> NewPsAccess(
     std::unique_ptr<client::ParameterClient> client,
@@ -427,6 +489,8 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
   co.retry.total_deadline = options.retry_deadline;
   co.incarnation = a.incarnation();
   co.wait_spin = options.wait_spin;
+  co.sparse_tables.assign(a.spec().model().sparse_tables().begin(),
+                          a.spec().model().sparse_tables().end());
   co.pipeline_step_end = a.spec().consistency().model() != ConsistencySpec::BSP;
   co.connections_per_shard =
       ConnectionsPerShard(a.spec(), placement, co.max_request_bytes);

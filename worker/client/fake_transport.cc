@@ -67,7 +67,19 @@ grpc::ByteBuffer FakeTransport::Encode(
 
 grpc::ByteBuffer FakeTransport::EncodeSparse(
     const google::protobuf::MessageLite& header, PayloadFields fields,
-    const std::vector<FakeSparse>& sparse) {
+    const std::vector<FakeSparse>& sparse,
+    const std::vector<FakeChunk>& chunks) {
+  std::vector<ChunkOut> chunks_out;
+  for (const FakeChunk& c : chunks) {
+    ChunkOut o;
+    o.chunk_id = c.chunk_id;
+    o.dtype = c.dtype;
+    o.num_elements = c.num_elements;
+    char* data = nullptr;
+    o.data = AllocateSlice(c.data.size(), &data);
+    std::copy(c.data.begin(), c.data.end(), data);
+    chunks_out.push_back(std::move(o));
+  }
   std::vector<SparseRowsOut> out;
   for (const FakeSparse& f : sparse) {
     SparseRowsOut o;
@@ -86,7 +98,9 @@ grpc::ByteBuffer FakeTransport::EncodeSparse(
     }
     out.push_back(std::move(o));
   }
-  return EncodeMessage(header, {0, fields.sparse}, {}, out);
+  return EncodeMessage(
+      header, chunks.empty() ? PayloadFields{0, fields.sparse} : fields,
+      chunks_out, out);
 }
 
 bool FakeTransport::WaitForAttempts(size_t n, absl::Duration timeout) {

@@ -81,10 +81,12 @@ class FakeTransport final : public Transport {
                                  const std::vector<FakeChunk>& chunks = {});
 
   // Serializes `header` with `sparse` as its SparseRows field
-  // (fields.sparse) and no chunks, as a server would answer.
+  // (fields.sparse) and `chunks` as its ChunkPayload field (fields.chunks),
+  // as a server would answer.
   static grpc::ByteBuffer EncodeSparse(
       const google::protobuf::MessageLite& header, PayloadFields fields,
-      const std::vector<FakeSparse>& sparse);
+      const std::vector<FakeSparse>& sparse,
+      const std::vector<FakeChunk>& chunks = {});
 
   // Blocks until at least `n` attempts wait for an answer, at most
   // `timeout`; whether they do.
