@@ -27,6 +27,13 @@
 // shard each; the jobs are set up and torn down through their RPCs), over
 // whatever network lies between, and skips the ceilings and the apply,
 // which would measure this host. --ceilings=false skips the ceilings only.
+//
+// --mode=sparse measures rows of one sparse table instead (in-process
+// shards or --servers; workers as threads): per dim of --sparse_dims x
+// shards x workers, steps that push a gradient for each row of a batch of
+// --sparse_batch unique Zipf(1.05) keys from --sparse_key_space and pull
+// the next batch's rows, reported as rows/s and GB/s
+// (tools/ps_bench_sparse.h).
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -62,6 +69,7 @@
 #include "server/shard/shard_store.h"
 #include "tools/bench_worker.h"
 #include "tools/ps_bench_ceilings.h"
+#include "tools/ps_bench_sparse.h"
 #include "tools/worker_processes.h"
 
 ABSL_FLAG(std::string, sizes, "4K,1M,16M,64M,256M",
@@ -108,6 +116,20 @@ ABSL_FLAG(bool, fused, true,
           "Steps as the worker runs them: the gradients pushed with the end "
           "of step, whose answer carries the next step's weights (one round "
           "trip). False: pull, then push and end of step (two).");
+
+ABSL_FLAG(std::string, mode, "dense",
+          "dense: the dense model sizes (--sizes); sparse: rows of one "
+          "sparse table by key (--sparse_dims, --sparse_batch, "
+          "--sparse_key_space, --sparse_dtype; tools/ps_bench_sparse.h), "
+          "workers as threads, without the ceilings.");
+ABSL_FLAG(std::string, sparse_dims, "16,64",
+          "--mode=sparse: the table's dims, one case each.");
+ABSL_FLAG(int, sparse_batch, 4096,
+          "--mode=sparse: unique keys per step (Zipf(1.05) draws).");
+ABSL_FLAG(int64_t, sparse_key_space, 10000000,
+          "--mode=sparse: keys are drawn from [1, this].");
+ABSL_FLAG(std::string, sparse_dtype, "fp32",
+          "--mode=sparse: the table's dtype on the wire: fp32, fp16, bf16.");
 
 namespace ps {
 namespace {
@@ -309,60 +331,89 @@ CaseResult Summarize(int64_t bytes, const std::vector<WorkerFigures>& figures,
   return r;
 }
 
-CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
-                   RemoteServers* remote = nullptr) {
-  CaseResult result;
-  std::vector<std::unique_ptr<Shard>> shards;
-  std::vector<std::string> addresses;
-  std::string job_id = "bench";
-  if (remote != nullptr) {
-    addresses = remote->addresses;
-    num_shards = addresses.size();
-    // Ids of this run only: another run's jobs may be on the servers.
-    static int cases = 0;
-    job_id = absl::StrCat("psbench-", getpid(), "-", ++cases);
-  } else {
-    shards = StartShards(num_shards);
-    for (auto& s : shards) addresses.push_back(s->address);
+// A job set up on in-process shards (started here) or on --servers, and
+// torn down (and the shards stopped) with this object. error(): the setup
+// failed (what was set up is torn down already).
+class BenchJob {
+ public:
+  BenchJob(const JobSpec& spec, int num_shards, int num_workers,
+           RemoteServers* remote)
+      : remote_(remote) {
+    if (remote != nullptr) {
+      addresses_ = remote->addresses;
+      num_shards = addresses_.size();
+      // Ids of this run only: another run's jobs may be on the servers.
+      static int cases = 0;
+      job_id_ = absl::StrCat("psbench-", getpid(), "-", ++cases);
+    } else {
+      shards_ = StartShards(num_shards);
+      for (auto& s : shards_) addresses_.push_back(s->address);
+    }
+    for (int s = 0; s < num_shards; ++s) {
+      SetupJobRequest r;
+      r.set_job_id(job_id_);
+      *r.mutable_spec() = spec;
+      r.set_shard_index(s);
+      r.set_num_shards(num_shards);
+      for (int w = 1; w <= num_workers; ++w) r.add_worker_ids(w);
+      absl::Status st =
+          remote != nullptr
+              ? remote->shards->SetupJob(addresses_[s], r).status()
+              : shards_[s]->store->SetupJob(r).status();
+      if (!st.ok()) {
+        // (The shard client's message names the server already.)
+        error_ = absl::StrCat("SetupJob: ", st.message());
+        TearDown();
+        return;
+      }
+      ++set_up_;
+    }
   }
-  int set_up = 0;  // remote shards that hold the job
-  auto teardown = [&] {
-    if (remote == nullptr) {
-      StopShards(shards);
+  ~BenchJob() { TearDown(); }
+
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  const std::string& job_id() const { return job_id_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  void TearDown() {
+    if (remote_ == nullptr) {
+      StopShards(shards_);
       return;
     }
-    for (int s = 0; s < set_up; ++s) {
+    for (int s = 0; s < set_up_; ++s) {
       TeardownJobRequest t;
-      t.set_job_id(job_id);
-      if (absl::Status st = remote->shards->TeardownJob(addresses[s], t);
+      t.set_job_id(job_id_);
+      if (absl::Status st = remote_->shards->TeardownJob(addresses_[s], t);
           !st.ok()) {
         std::fprintf(stderr, "warning: TeardownJob %s on %s: %s\n",
-                     job_id.c_str(), addresses[s].c_str(),
+                     job_id_.c_str(), addresses_[s].c_str(),
                      std::string(st.message()).c_str());
       }
     }
-  };
-  const JobSpec spec = bench::DenseBenchSpec(bytes, num_workers);
-  for (int s = 0; s < num_shards; ++s) {
-    SetupJobRequest r;
-    r.set_job_id(job_id);
-    *r.mutable_spec() = spec;
-    r.set_shard_index(s);
-    r.set_num_shards(num_shards);
-    for (int w = 1; w <= num_workers; ++w) r.add_worker_ids(w);
-    absl::Status st = remote != nullptr
-                          ? remote->shards->SetupJob(addresses[s], r).status()
-                          : shards[s]->store->SetupJob(r).status();
-    if (!st.ok()) {
-      // (The shard client's message names the server already.)
-      result.error = absl::StrCat("SetupJob: ", st.message());
-      teardown();
-      return result;
-    }
-    ++set_up;
+    set_up_ = 0;
   }
-  const BenchWorkerOptions options = WorkerOptions(
-      addresses, remote != nullptr ? remote->token : "", job_id, bytes);
+
+  RemoteServers* const remote_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<std::string> addresses_;
+  std::string job_id_ = "bench";
+  std::string error_;
+  int set_up_ = 0;  // remote shards that hold the job
+};
+
+CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
+                   RemoteServers* remote = nullptr) {
+  CaseResult result;
+  BenchJob job(bench::DenseBenchSpec(bytes, num_workers), num_shards,
+               num_workers, remote);
+  if (!job.error().empty()) {
+    result.error = job.error();
+    return result;
+  }
+  const BenchWorkerOptions options =
+      WorkerOptions(job.addresses(), remote != nullptr ? remote->token : "",
+                    job.job_id(), bytes);
   if (absl::GetFlag(FLAGS_worker_processes)) {
     absl::StatusOr<std::vector<WorkerFigures>> figures =
         RunProcesses(options, num_workers);
@@ -378,8 +429,48 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
     // The process's CPU is the workers' only when no shard shares it.
     result = Summarize(bytes, figures, remote != nullptr ? cpu : -1);
   }
-  teardown();
   return result;
+}
+
+// --mode=sparse: one case, its workers as threads of this process.
+bench::SparseCase RunSparseCase(int dim, int num_shards, int num_workers,
+                                RemoteServers* remote) {
+  const DType dtype = absl::GetFlag(FLAGS_sparse_dtype) == "fp16"   ? FLOAT16
+                      : absl::GetFlag(FLAGS_sparse_dtype) == "bf16" ? BFLOAT16
+                                                                    : FLOAT32;
+  BenchJob job(bench::SparseBenchSpec(dim, dtype, num_workers), num_shards,
+               num_workers, remote);
+  const int shards = static_cast<int>(job.addresses().size());
+  if (!job.error().empty()) {
+    bench::SparseCase c = bench::SummarizeSparse(dim, shards, {});
+    c.workers = num_workers;
+    c.error = job.error();
+    return c;
+  }
+  bench::SparseBenchOptions o;
+  o.addresses = job.addresses();
+  o.token = remote != nullptr ? remote->token : "";
+  o.job_id = job.job_id();
+  o.dim = dim;
+  o.dtype = dtype;
+  o.batch = absl::GetFlag(FLAGS_sparse_batch);
+  o.key_space = absl::GetFlag(FLAGS_sparse_key_space);
+  o.fused = absl::GetFlag(FLAGS_fused);
+  o.seconds = absl::GetFlag(FLAGS_seconds_per_case);
+  o.min_steps = absl::GetFlag(FLAGS_min_steps);
+  o.connections = absl::GetFlag(FLAGS_connections);
+  o.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  std::vector<bench::SparseFigures> figures(num_workers);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < num_workers; ++w) {
+    threads.emplace_back([&, w] {
+      bench::SparseBenchOptions mine = o;
+      mine.worker_id = w + 1;
+      figures[w] = bench::RunSparseWorker(mine);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return bench::SummarizeSparse(dim, shards, figures);
 }
 
 // --worker_child: one worker, driven by the parent over stdin/stdout.
@@ -487,6 +578,36 @@ int Main(bool malloc_tuned) {
     coordinator::GrpcShardClientOptions shard_options;
     shard_options.token = remote->token;
     remote->shards = coordinator::MakeGrpcShardClient(shard_options);
+  }
+  if (absl::GetFlag(FLAGS_mode) == "sparse") {
+    emit(absl::StrCat(
+        "\n## Sparse push+pull (ASP, table of dim d in ",
+        absl::GetFlag(FLAGS_sparse_dtype), ", batches of ",
+        absl::GetFlag(FLAGS_sparse_batch), " unique keys Zipf(1.05) from ",
+        absl::GetFlag(FLAGS_sparse_key_space), ", ",
+        absl::GetFlag(FLAGS_fused) ? "next rows in the push's answer"
+                                   : "push, wait, pull, wait",
+        ", ", remote != nullptr ? "ps_server processes" : "in-process shards",
+        ")\n"));
+    emit(bench::SparseReportHeader());
+    const std::vector<int> shard_counts =
+        remote != nullptr
+            ? std::vector<int>{static_cast<int>(remote->addresses.size())}
+            : ParseInts(absl::GetFlag(FLAGS_shards));
+    for (int dim : ParseInts(absl::GetFlag(FLAGS_sparse_dims))) {
+      for (int shards : shard_counts) {
+        for (int workers : ParseInts(absl::GetFlag(FLAGS_workers))) {
+          const bench::SparseCase c =
+              RunSparseCase(dim, shards, workers, remote.get());
+          emit(bench::SparseReportRow(c));
+          failed = failed || !c.error.empty();
+        }
+      }
+    }
+    if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
+      std::ofstream(out) << report;
+    }
+    return failed ? 1 : 0;
   }
   const bool ceilings = absl::GetFlag(FLAGS_ceilings) && remote == nullptr;
   if (!ceilings && absl::GetFlag(FLAGS_pairs) > 0) {
@@ -632,7 +753,8 @@ int main(int argc, char** argv) {
       "parameter-server push/pull throughput vs TCP and raw gRPC "
       "ceilings, and server-side apply vs memcpy, on loopback; or push/pull "
       "throughput against running ps_servers (--servers); workers as "
-      "threads or, with --worker_processes, processes. Exits 1 if a case "
+      "threads or, with --worker_processes, processes; --mode=sparse: rows "
+      "of a sparse table by key, rows/s and GB/s. Exits 1 if a case "
       "failed (its row says why), 2 on a usage error.");
   absl::ParseCommandLine(argc, argv);
   ps::DisableMutexDeadlockDetection();
