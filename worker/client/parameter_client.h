@@ -23,7 +23,9 @@
 // cancellation, the send thread) over transport.h (grpc_transport.h in
 // production, fake_transport.h in tests), session.h (sequence numbers and
 // pulled versions per shard), dense_codec.h (dense tensors: chunks into
-// messages, answers into the caller's buffers).
+// messages, answers into the caller's buffers), sparse_codec.h (sparse
+// tables: keys by shard into messages, rows into the caller's buffers);
+// unique_keys.h builds a batch's unique keys and inverse index for it.
 #ifndef PS_WORKER_CLIENT_PARAMETER_CLIENT_H_
 #define PS_WORKER_CLIENT_PARAMETER_CLIENT_H_
 
