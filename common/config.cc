@@ -14,6 +14,7 @@
 #include "common/file_system.h"
 #include "common/job_metric.h"
 #include "common/model.h"
+#include "common/model_graph.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -26,6 +27,7 @@ using config_internal::Finite;
 using config_internal::NormalizeOptimizer;
 using config_internal::NormalizeSparseTable;
 using config_internal::OptimizerPath;
+using config_internal::PathElem;
 using config_internal::Violations;
 using google::protobuf::TextFormat;
 
@@ -49,12 +51,52 @@ class ParseErrors : public google::protobuf::io::ErrorCollector {
   std::vector<std::string> errors_;
 };
 
-void CheckModel(const ModelSpec& model, Violations& v) {
+// What the job's data gives the head as labels. Today every job reads IDX
+// images: class labels (their count is known only once the files are read,
+// which the worker checks).
+HeadSpec::Loss LossForLabels(const DataSpec& data) {
+  (void)data;
+  return HeadSpec::SOFTMAX_CROSS_ENTROPY;
+}
+
+// A layer model: every problem of its graph, each at its field's line; and
+// a head that does not fit the data's labels.
+void CheckLayerModel(const JobSpec& spec, Violations& v) {
+  const ModelSpec& model = spec.model();
+  std::vector<ModelIssue> issues;
+  absl::StatusOr<ModelGraph> graph =
+      ResolveModelGraph(model, SparseTablesOf(model), &issues);
+  for (const ModelIssue& issue : issues) {
+    std::vector<PathElem> path = {{"model"}};
+    for (const FieldStep& s : issue.path) path.push_back({s.field.c_str(), s.index});
+    v.Add(path, issue.message);
+  }
+  const HeadSpec::Loss fits = LossForLabels(spec.data());
+  const HeadSpec::Loss loss = model.head().loss();
+  if (loss != HeadSpec::LOSS_UNSPECIFIED && loss != fits) {
+    v.Add({{"model"}, {"head"}, {"loss"}},
+          absl::StrCat(HeadSpec::Loss_Name(loss),
+                       " does not fit the data's labels: the job reads IDX "
+                       "images (data.path), whose labels are classes "
+                       "(SOFTMAX_CROSS_ENTROPY)"));
+  }
+  if (!graph.ok() || model.tensors().empty()) return;
+  if (auto expanded = ExpandModel(model); !expanded.ok()) {
+    v.Add({{"model"}, {"tensors"}}, expanded.status().message());
+  }
+}
+
+void CheckModel(const JobSpec& spec, Violations& v) {
+  const ModelSpec& model = spec.model();
+  if (HasLayers(model)) {
+    CheckLayerModel(spec, v);
+    return;
+  }
   if (!model.has_mlp() && model.tensors().empty()) {
     if (model.sparse_tables().empty()) {
       v.Add({{"model"}},
-            "empty model: set model.mlp or list model.tensors or "
-            "model.sparse_tables");
+            "empty model: set model.mlp or model.layers, or list "
+            "model.tensors or model.sparse_tables");
     }
     return;
   }
@@ -67,6 +109,10 @@ void CheckModel(const ModelSpec& model, Violations& v) {
     if (mlp.num_classes() < 2) {
       v.Add({{"model"}, {"mlp"}, {"num_classes"}},
             absl::StrCat("must be >= 2, got ", mlp.num_classes()));
+    }
+    if (mlp.activation() == SIGMOID) {
+      v.Add({{"model"}, {"mlp"}, {"activation"}},
+            "an MLP takes RELU or TANH (SIGMOID is for layers)");
     }
     for (int i = 0; i < mlp.hidden_size(); ++i) {
       if (mlp.hidden(i) <= 0) {
@@ -260,7 +306,7 @@ void CheckTarget(const JobSpec& spec, Violations& v) {
 
 void CheckJob(const JobSpec& spec, const ValidationOptions& options,
               Violations& v) {
-  CheckModel(spec.model(), v);
+  CheckModel(spec, v);
   CheckOptimizer(spec.optimizer(), OptimizerPath({{"optimizer"}}),
                  /*sparse=*/false, v);
   CheckSparseTables(spec, v);
@@ -367,9 +413,13 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path,
 JobSpec NormalizeJobSpec(const JobSpec& in) {
   JobSpec spec = in;
   if (spec.name().empty()) spec.set_name("job");
-  if (spec.model().tensors().empty() && spec.model().has_mlp()) {
-    for (TensorSpec& t : MlpTensors(spec.model().mlp())) {
-      *spec.mutable_model()->add_tensors() = std::move(t);
+  if (spec.model().tensors().empty() &&
+      (spec.model().has_mlp() || HasLayers(spec.model()))) {
+    absl::StatusOr<std::vector<TensorSpec>> tensors = ExpandModel(spec.model());
+    if (tensors.ok()) {
+      for (TensorSpec& t : *tensors) {
+        *spec.mutable_model()->add_tensors() = std::move(t);
+      }
     }
   }
   if (spec.model().has_mlp() &&

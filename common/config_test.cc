@@ -427,6 +427,63 @@ TEST(Config, MismatchedExplicitLayerShapes) {
       << msg;
 }
 
+// A layer model's problems all at once, each with its layer's line; the
+// head must fit the data's labels (IDX: classes).
+TEST(Config, LayerModelProblemsGiveTheirLines) {
+  auto spec = ParseJobSpec(
+      "model {\n"                                            // 1
+      "  inputs { name: \"image\" shape: [28, 28, 1] }\n"    // 2
+      "  layers { name: \"conv\" inputs: \"image\"\n"        // 3
+      "           conv2d { filters: 8 kernel_size: 3 } }\n"  // 4
+      "  layers { name: \"fc\" inputs: \"conv\"\n"           // 5
+      "           dense { units: 10 } }\n"                   // 6
+      "  layers { name: \"x\" inputs: [\"fc\", \"nope\"]\n"  // 7
+      "           concat {} }\n"                             // 8
+      "  head { loss: MEAN_SQUARED_ERROR input: \"fc\" }\n"  // 9
+      "}\n"
+      "optimizer { learning_rate: 0.1 }\n",
+      "cnn.pbtxt", NoFiles());
+  ASSERT_FALSE(spec.ok());
+  const std::string msg(spec.status().message());
+  for (const char* want : {
+           "cnn.pbtxt:5: model.layers[1].inputs[0]: layer 'fc': a dense layer "
+           "takes vectors [features], but input 'conv' has shape [26, 26, 8] "
+           "(flatten it first)",
+           "cnn.pbtxt:7: model.layers[2].inputs[1]: layer 'x': unknown input "
+           "'nope'",
+           "cnn.pbtxt:9: model.head.loss: MEAN_SQUARED_ERROR does not fit the "
+           "data's labels",
+       }) {
+    EXPECT_NE(msg.find(want), std::string::npos) << want << "\nin:\n" << msg;
+  }
+
+  // A good one: its tensors are filled in.
+  spec = ParseJobSpec(R"pb(
+                        model {
+                          inputs { name: "dense" shape: 784 }
+                          layers {
+                            name: "h"
+                            inputs: "dense"
+                            dense { units: 16 activation: TANH }
+                          }
+                          layers {
+                            name: "out"
+                            inputs: "h"
+                            dense { units: 10 }
+                          }
+                          head { loss: SOFTMAX_CROSS_ENTROPY }
+                        }
+                        optimizer { learning_rate: 0.1 }
+                      )pb",
+                      "job", NoFiles());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->model().tensors_size(), 4);
+  EXPECT_EQ(spec->model().tensors(0).name(), "h/weight");
+  EXPECT_EQ(spec->model().tensors(0).init().kind(),
+            InitializerSpec::XAVIER_UNIFORM);
+  EXPECT_EQ(spec->model().tensors(3).name(), "out/bias");
+}
+
 TEST(Config, DatasetDirectoryIsChecked) {
   const std::string tmp = testing::TempDir();
   const std::string missing = tmp + "/no-such-dataset";

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model_graph.h"
 
 namespace ps {
 
@@ -35,23 +36,33 @@ std::vector<TensorSpec> MlpTensors(const MlpSpec& mlp) {
 
 absl::StatusOr<std::vector<TensorSpec>> ExpandModel(const ModelSpec& model) {
   const bool has_mlp = model.has_mlp();
-  if (!has_mlp && model.tensors().empty()) {
+  const bool has_layers = HasLayers(model);
+  if (!has_mlp && !has_layers && model.tensors().empty()) {
     // A model of sparse tables only has no dense tensors.
     if (!model.sparse_tables().empty()) return std::vector<TensorSpec>();
     return absl::InvalidArgumentError(
-        "model: empty model; set model.mlp or list model.tensors or "
-        "model.sparse_tables");
+        "model: empty model; set model.mlp or model.layers, or list "
+        "model.tensors or model.sparse_tables");
   }
-  if (!has_mlp) {
+  if (!has_mlp && !has_layers) {
     return std::vector<TensorSpec>(model.tensors().begin(),
                                    model.tensors().end());
   }
-  std::vector<TensorSpec> derived = MlpTensors(model.mlp());
+  std::vector<TensorSpec> derived;
+  if (has_layers) {
+    absl::StatusOr<ModelGraph> graph =
+        ResolveModelGraph(model, SparseTablesOf(model));
+    if (!graph.ok()) return graph.status();
+    derived = std::move(graph->tensors);
+  } else {
+    derived = MlpTensors(model.mlp());
+  }
+  const char* source = has_layers ? "model.layers imply" : "model.mlp implies";
   if (model.tensors().empty()) return derived;
   if (static_cast<size_t>(model.tensors_size()) != derived.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.tensors: lists ", model.tensors_size(),
-                     " tensors but model.mlp has ", derived.size()));
+                     " tensors but ", source, " ", derived.size()));
   }
   for (size_t i = 0; i < derived.size(); ++i) {
     const TensorSpec& given = model.tensors(static_cast<int>(i));
@@ -59,7 +70,7 @@ absl::StatusOr<std::vector<TensorSpec>> ExpandModel(const ModelSpec& model) {
         ShapeString(given) != ShapeString(derived[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model.tensors[", i, "]: mismatched layer shape: ", given.name(), " ",
-          ShapeString(given), " but model.mlp implies ", derived[i].name(), " ",
+          ShapeString(given), " but ", source, " ", derived[i].name(), " ",
           ShapeString(derived[i])));
     }
     if (given.has_init()) *derived[i].mutable_init() = given.init();

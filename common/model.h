@@ -16,9 +16,13 @@ namespace ps {
 // HE_UNIFORM (XAVIER_UNIFORM for tanh), biases to ZEROS.
 std::vector<TensorSpec> MlpTensors(const MlpSpec& mlp);
 
-// The model's dense parameter tensors: `tensors` if given, else
-// MlpTensors(mlp); none for a model of sparse tables only. Fails when both
-// are given and disagree, or when the model has no parameters at all.
+// The model's dense parameter tensors: those its layers declare (MlpTensors
+// for the MLP shorthand; ModelGraph::tensors for ModelSpec.layers), or
+// `tensors` alone; none for a model of sparse tables only. Where both are
+// given they must agree name for name and shape for shape (an init given in
+// `tensors` wins). Fails on a model with no parameters at all and on a layer
+// model with problems (ResolveModelGraph's errors). A layer model may have
+// no dense tensor (sparse tables only).
 absl::StatusOr<std::vector<TensorSpec>> ExpandModel(const ModelSpec& model);
 
 // Product of the dimensions (1 for a scalar); -1 on a negative dimension or
