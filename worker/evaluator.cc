@@ -13,14 +13,26 @@ absl::StatusOr<TestScore> ScoreOnTestSet(TrainableModel* model,
   constexpr int64_t kEvalBatch = 1000;
   double loss_sum = 0;
   int64_t correct = 0;
+  ModelEvaluation all;
   for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
     const int64_t len = std::min(kEvalBatch, n - begin);
     PS_ASSIGN_OR_RETURN(const ModelEvaluation e,
                         model->Evaluate(test, begin, len));
     loss_sum += e.loss * e.examples;
     correct += e.correct;
+    all.head = e.head;
+    all.auc.Merge(e.auc);
+    all.log_loss.Merge(e.log_loss);
+    all.rmse.Merge(e.rmse);
   }
-  return TestScore{static_cast<double>(correct) / n, loss_sum / n};
+  TestScore score;
+  score.accuracy = static_cast<double>(correct) / n;
+  score.loss = loss_sum / n;
+  score.head = all.head;
+  score.auc = all.auc.Value();
+  score.log_loss = all.log_loss.Value();
+  score.rmse = all.rmse.Value();
+  return score;
 }
 
 Evaluator::Evaluator(std::shared_ptr<const Dataset> test,
@@ -48,11 +60,30 @@ absl::Status Evaluator::Evaluate(TrainableModel* model, int64_t step) {
           : test_->num_examples;
   PS_ASSIGN_OR_RETURN(const TestScore score, ScoreOnTestSet(model, *test_, n));
   test_accuracy_ = score.accuracy;
-  sink_({stamp_->Point("test_accuracy", score.accuracy, step),
-         stamp_->Point("test_loss", score.loss, step)},
-        false);
-  std::fprintf(stderr, "worker: step %lld test accuracy %.4f loss %.4f\n",
-               static_cast<long long>(step), score.accuracy, score.loss);
+  switch (score.head) {
+    case HeadSpec::SIGMOID_CROSS_ENTROPY:
+      sink_({stamp_->Point("test_auc", score.auc, step),
+             stamp_->Point("test_logloss", score.log_loss, step),
+             stamp_->Point("test_accuracy", score.accuracy, step),
+             stamp_->Point("test_loss", score.loss, step)},
+            false);
+      std::fprintf(stderr, "worker: step %lld test auc %.4f logloss %.4f\n",
+                   static_cast<long long>(step), score.auc, score.log_loss);
+      break;
+    case HeadSpec::MEAN_SQUARED_ERROR:
+      sink_({stamp_->Point("test_rmse", score.rmse, step),
+             stamp_->Point("test_loss", score.loss, step)},
+            false);
+      std::fprintf(stderr, "worker: step %lld test rmse %.4f\n",
+                   static_cast<long long>(step), score.rmse);
+      break;
+    default:
+      sink_({stamp_->Point("test_accuracy", score.accuracy, step),
+             stamp_->Point("test_loss", score.loss, step)},
+            false);
+      std::fprintf(stderr, "worker: step %lld test accuracy %.4f loss %.4f\n",
+                   static_cast<long long>(step), score.accuracy, score.loss);
+  }
   return absl::OkStatus();
 }
 

@@ -20,6 +20,12 @@ namespace ps::worker {
 struct TestScore {
   double accuracy = 0;
   double loss = 0;  // mean over the examples
+  // As the model's head reports them (ModelEvaluation), merged over the
+  // batches: a sigmoid head's AUC and log loss, a squared-error head's RMSE.
+  HeadSpec::Loss head = HeadSpec::SOFTMAX_CROSS_ENTROPY;
+  double auc = 0;
+  double log_loss = 0;
+  double rmse = 0;
 };
 
 // `model` over the first `n` examples of `test` (n <= test.num_examples, at

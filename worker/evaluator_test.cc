@@ -44,12 +44,26 @@ class ScriptedModel : public TrainableModel {
                                            int64_t count) override {
     ranges.push_back({begin, begin + count});
     if (!status.ok()) return status;
-    return ModelEvaluation{1.0f + static_cast<float>(begin / 1000), count / 2,
-                           count};
+    ModelEvaluation e;
+    e.loss = 1.0f + static_cast<float>(begin / 1000);
+    e.correct = count / 2;
+    e.examples = count;
+    e.head = head;
+    if (head == HeadSpec::SIGMOID_CROSS_ENTROPY) {
+      // Each batch ranks its one positive above its one negative except
+      // the batch at 1000, which ranks them the other way.
+      e.auc.Add(begin == 1000 ? 0.1f : 0.9f, 1.0f);
+      e.auc.Add(begin == 1000 ? 0.9f : 0.1f, 0.0f);
+      e.log_loss = LogLoss(0.2 * count, count);
+    } else if (head == HeadSpec::MEAN_SQUARED_ERROR) {
+      e.rmse = Rmse(4.0 * count, count);
+    }
+    return e;
   }
 
   std::vector<std::pair<int64_t, int64_t>> ranges;
   absl::Status status;
+  HeadSpec::Loss head = HeadSpec::SOFTMAX_CROSS_ENTROPY;
 
  private:
   std::vector<ParameterInfo> none_;
@@ -131,6 +145,31 @@ TEST_F(EvaluatorTest, ScoresInBatchesOfAThousandAndReports) {
     EXPECT_DOUBLE_EQ(p.epoch(), 1) << name;
     EXPECT_EQ(p.time_ms(), 40) << name;
   }
+}
+
+// A sigmoid head reports AUC and log loss merged over the batches (not
+// averaged per batch); a squared-error head the RMSE.
+TEST_F(EvaluatorTest, ReportsWhatTheModelsHeadScores) {
+  model_.head = HeadSpec::SIGMOID_CROSS_ENTROPY;
+  Evaluator e = Make(TestSet(2500), 100, 0, 0);
+  ASSERT_TRUE(e.EvaluateDue(&model_, 100).ok());
+  std::map<std::string, double> got;
+  for (const auto& [name, p] : sent_.points) got[name] = p.value();
+  // Positives 0.9, 0.1, 0.9 against negatives 0.1, 0.9, 0.1: of the 9
+  // pairs, 4 ordered and 4 tied (counting one half).
+  EXPECT_NEAR(got["test_auc"], (4 + 0.5 * 4) / 9.0, 1e-12);
+  EXPECT_NEAR(got["test_logloss"], 0.2, 1e-12);
+  EXPECT_EQ(got.count("test_accuracy"), 1u);
+  EXPECT_EQ(got.count("test_loss"), 1u);
+
+  model_.head = HeadSpec::MEAN_SQUARED_ERROR;
+  sent_.points.clear();
+  ASSERT_TRUE(e.EvaluateDue(&model_, 200).ok());
+  got.clear();
+  for (const auto& [name, p] : sent_.points) got[name] = p.value();
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_NEAR(got["test_rmse"], 2.0, 1e-12);
+  EXPECT_EQ(got.count("test_loss"), 1u);
 }
 
 TEST_F(EvaluatorTest, EvalExamplesCapsTheTestSet) {

@@ -76,7 +76,11 @@ class MlpModel final : public TrainableModel {
         mlp_->Evaluate(absl::MakeConstSpan(data.images)
                            .subspan(begin * size, count * size),
                        absl::MakeConstSpan(data.labels).subspan(begin, count)));
-    return ModelEvaluation{e.loss, e.correct, e.examples};
+    ModelEvaluation out;
+    out.loss = e.loss;
+    out.correct = e.correct;
+    out.examples = e.examples;
+    return out;
   }
 
  private:

@@ -48,6 +48,20 @@ ParameterAccess::StartFinishAndPull(int64_t clock,
       FinishAndPull(clock, std::move(tensors)));
 }
 
+absl::Status ParameterAccess::PullSparse(int64_t, int,
+                                         absl::Span<const uint64_t>,
+                                         absl::Span<float>) {
+  return absl::UnimplementedError(
+      "this ParameterAccess holds dense tensors only (no sparse tables)");
+}
+
+absl::Status ParameterAccess::PushSparse(int64_t, int64_t, int,
+                                         absl::Span<const uint64_t>,
+                                         absl::Span<const float>) {
+  return absl::UnimplementedError(
+      "this ParameterAccess holds dense tensors only (no sparse tables)");
+}
+
 ParameterAccess::PendingStepEnd ParameterAccess::StartStepEnd(
     int64_t clock, int64_t base_version,
     std::vector<absl::Span<const float>> grads,

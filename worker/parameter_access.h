@@ -105,6 +105,22 @@ class ParameterAccess {
       std::vector<absl::Span<const float>> grads,
       std::vector<absl::Span<float>> tensors);
 
+  // ---- Sparse tables (ModelSpec.sparse_tables, by index; rows of the
+  // table's dim). The defaults: UNIMPLEMENTED (dense tensors only).
+
+  // Fills `rows` (keys.size() x dim) with the rows of `keys` (unique) of
+  // `table` that a worker at `clock` may compute on; a key never pushed
+  // gets its initial row.
+  virtual absl::Status PullSparse(int64_t clock, int table,
+                                  absl::Span<const uint64_t> keys,
+                                  absl::Span<float> rows);
+  // Starts pushing one gradient row per key (unique) of `table` for step
+  // `clock` (computed on weights of `base_version`); as Push otherwise:
+  // `grads` must stay valid until Finish(clock), which completes it.
+  virtual absl::Status PushSparse(int64_t clock, int64_t base_version,
+                                  int table, absl::Span<const uint64_t> keys,
+                                  absl::Span<const float> grads);
+
   // Ends every call still in flight and returns once none is left: after it
   // nothing reads or writes the buffers given to Push, Pull or
   // FinishAndPull. The training loop calls it on its way out (a stop or an

@@ -98,5 +98,16 @@ TEST(ParameterAccess, StartStepEndPushesEveryTensorThenEndsTheStep) {
   EXPECT_EQ(pending().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ParameterAccessDefaults, SparseTablesAreUnimplemented) {
+  Logged access;
+  std::vector<float> rows(2);
+  const std::vector<uint64_t> keys = {1, 2};
+  EXPECT_EQ(access.PullSparse(0, 0, keys, absl::MakeSpan(rows)).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(access.PushSparse(0, 0, 0, keys, rows).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(access.log.empty());
+}
+
 }  // namespace
 }  // namespace ps::worker

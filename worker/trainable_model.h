@@ -4,11 +4,13 @@
 // transfers, and evaluation. kernels::Mlp is one (worker/mlp_model.h); the
 // layer-DAG models of the worker's model layer are meant to be others.
 //
-// Where sparse embedding tables would plug in: a model with tables would
-// also name, per step, the batch's unique keys per table, take the pulled
-// rows before forward reads them (as before_use does for dense tensors), and
-// hand out a gradient row per key after backward (as on_gradient_part does);
-// the pipeline would pull and push them beside the dense tensors.
+// Sparse embedding tables: a model with tables (worker/model/layer_model.h)
+// trains on batches of the data readers (worker/data/batch.h), whose sparse
+// fields name the keys. Per step it names the batch's unique keys per table
+// (PrepareSparse), takes their pulled rows (SetSparseRows) before the step,
+// and hands out one gradient row per key (GetSparseGradient) after it;
+// worker/sparse_step.h drives that through ParameterAccess's PullSparse and
+// PushSparse.
 #ifndef PS_WORKER_TRAINABLE_MODEL_H_
 #define PS_WORKER_TRAINABLE_MODEL_H_
 
@@ -20,8 +22,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/eval_metrics.h"
 #include "kernels/backend.h"
+#include "proto/config.pb.h"
 #include "worker/batch_prefetcher.h"
+#include "worker/data/batch.h"
 #include "worker/dataset.h"
 
 namespace ps::worker {
@@ -56,10 +61,25 @@ struct ModelStepHooks {
   std::function<void(int index, int64_t begin, int64_t end)> on_gradient_part;
 };
 
+// A sparse table a model reads (ModelSpec.sparse_tables, in order: the
+// index is the table's id towards the parameter servers).
+struct SparseTableInfo {
+  std::string name;
+  int64_t dim = 0;  // values per row
+};
+
 struct ModelEvaluation {
   float loss = 0.0f;    // mean over the examples
   int64_t correct = 0;  // predictions equal to the label
   int64_t examples = 0;
+  // What the model's head reports besides (HeadSpec): a sigmoid head its
+  // probabilities' AUC and log loss (`correct` counts p >= 0.5 against a
+  // label above 0.5), a squared-error head the RMSE (`correct` is 0); the
+  // others stay empty (count 0). Merged over batches by the evaluator.
+  HeadSpec::Loss head = HeadSpec::SOFTMAX_CROSS_ENTROPY;
+  ExactAuc auc;
+  LogLoss log_loss;
+  Rmse rmse;
 };
 
 // Owns its parameter and gradient buffers (device memory of the backend it
@@ -102,6 +122,35 @@ class TrainableModel {
   virtual absl::StatusOr<ModelEvaluation> Evaluate(const Dataset& data,
                                                    int64_t begin,
                                                    int64_t count) = 0;
+
+  // ---- Batches of the data readers, and sparse tables. The defaults are
+  // those of a model that takes neither (UNIMPLEMENTED).
+
+  // The sparse tables the model reads; empty for a dense model.
+  virtual const std::vector<SparseTableInfo>& sparse_tables() const {
+    static const std::vector<SparseTableInfo> kNone;
+    return kNone;
+  }
+  // Loads `batch`'s sparse fields for the step or evaluation over it that
+  // follows, and returns per table the batch's unique keys, ascending (no
+  // tables: empty). INVALID_ARGUMENT for a batch without a field the model
+  // reads.
+  virtual absl::StatusOr<std::vector<std::vector<uint64_t>>> PrepareSparse(
+      const data::Batch& batch);
+  // Table `table`'s rows of PrepareSparse's keys (keys x dim, host fp32), as
+  // pulled; before the step.
+  virtual absl::Status SetSparseRows(int table, absl::Span<const float> rows);
+  // TrainStep over `batch` (PrepareSparse(batch) first). The dense
+  // parameters' gradients as TrainStep leaves them; each table's in
+  // GetSparseGradient.
+  virtual absl::StatusOr<float> TrainDataBatch(const data::Batch& batch,
+                                               const ModelStepHooks& hooks);
+  // After TrainDataBatch: d(mean loss)/d(row) for each of PrepareSparse's
+  // keys of `table`, summed over the batch's uses of the key.
+  virtual absl::Status GetSparseGradient(int table, absl::Span<float> rows);
+  // Forward only over `batch` (PrepareSparse(batch) first).
+  virtual absl::StatusOr<ModelEvaluation> EvaluateDataBatch(
+      const data::Batch& batch);
 };
 
 }  // namespace ps::worker

@@ -6,10 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/model_graph.h"
 #include "common/status.h"
 #include "worker/batch_prefetcher.h"
 #include "worker/evaluator.h"
 #include "worker/mlp_model.h"
+#include "worker/model/layer_model.h"
 #include "worker/step_pipeline.h"
 #include "worker/trainable_model.h"
 
@@ -140,7 +142,10 @@ absl::StatusOr<TrainResult> Train(
   const JobSpec& spec = a.spec();
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<TrainableModel> model,
-      CreateMlpModel(spec.model(), train->example_size(), backend));
+      HasLayers(spec.model())
+          ? model::CreateLayerModel(spec.model(), train->example_size(),
+                                    backend)
+          : CreateMlpModel(spec.model(), train->example_size(), backend));
   const int num_shards = std::max(1, a.num_data_shards());
   PS_ASSIGN_OR_RETURN(const StepBudget budget,
                       BudgetFor(spec, train->num_examples, num_shards));

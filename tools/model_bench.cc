@@ -1,0 +1,202 @@
+// A layer model's CPU step time and, with --epochs, its accuracy when
+// trained in this one process (no parameter servers): the model of a job
+// config, its tensors initialised as the shards would, SGD with momentum
+// and the config's learning rate on this process's own buffers, evaluated
+// on the test set after each epoch. For the CNN's speed against PyTorch
+// (docs/performance.md) and for quick checks of a model and learning rate
+// before a cluster run; cluster runs are what the configs' targets name.
+//
+//   bazel run -c opt //tools:model_bench -- --steps=20
+//   bazel run -c opt //tools:model_bench -- --epochs=2 --batch=512
+// (--config names the job config; the CNN's BSP config by default).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/config.h"
+#include "common/initializer.h"
+#include "common/model.h"
+#include "kernels/cpu_backend.h"
+#include "worker/dataset.h"
+#include "worker/model/layer_model.h"
+
+ABSL_FLAG(std::string, config, "configs/fashion_mnist_cnn_bsp.pbtxt",
+          "Job config whose model to run (text format).");
+ABSL_FLAG(std::string, data, "",
+          "Fashion-MNIST directory; empty: the config's data.path.");
+ABSL_FLAG(int, batch, 128, "Examples per step.");
+ABSL_FLAG(int, steps, 20, "Timed steps (after 3 warm-up steps).");
+ABSL_FLAG(int, epochs, 0,
+          "Train this many epochs instead of timing steps, evaluating after "
+          "each.");
+ABSL_FLAG(float, lr, 0, "Learning rate; 0: the config's.");
+ABSL_FLAG(int, threads, 1, "OpenBLAS threads.");
+
+namespace ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Examples `ids` of `d` as a batch.
+worker::Batch Gather(const worker::Dataset& d, const std::vector<int64_t>& ids,
+                     size_t begin, int n) {
+  worker::Batch b;
+  b.size = n;
+  b.example_size = d.example_size();
+  b.buffer = worker::HeapHostBuffer(
+      n * (d.example_size() * sizeof(float) + sizeof(int32_t)));
+  float* x = static_cast<float*>(b.buffer.data());
+  int32_t* y = reinterpret_cast<int32_t*>(x + n * d.example_size());
+  for (int i = 0; i < n; ++i) {
+    const int64_t e = ids[begin + i];
+    std::copy_n(d.images.begin() + e * d.example_size(), d.example_size(),
+                x + i * d.example_size());
+    y[i] = d.labels[e];
+  }
+  return b;
+}
+
+int Run() {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(absl::GetFlag(FLAGS_config));
+  if (!spec.ok()) {
+    std::fprintf(stderr, "model_bench: %s\n", spec.status().ToString().c_str());
+    return 2;
+  }
+  const std::string dir = absl::GetFlag(FLAGS_data).empty()
+                              ? spec->data().path()
+                              : absl::GetFlag(FLAGS_data);
+  auto train = worker::LoadFashionMnist(dir, worker::Split::kTrain);
+  if (!train.ok()) {
+    std::fprintf(stderr, "model_bench: %s\n",
+                 train.status().ToString().c_str());
+    return 1;
+  }
+  worker::DatasetOptions test_options;
+  test_options.stats = (*train)->stats;
+  auto test = worker::LoadFashionMnist(dir, worker::Split::kTest, test_options);
+  if (!test.ok()) return 1;
+
+  kernels::CpuBackendOptions o;
+  o.num_threads = absl::GetFlag(FLAGS_threads);
+  auto backend = kernels::CreateCpuBackend(o);
+  if (!backend.ok()) return 1;
+  auto model = worker::model::CreateLayerModel(
+      spec->model(), (*train)->example_size(), backend->get());
+  if (!model.ok()) {
+    std::fprintf(stderr, "model_bench: %s\n",
+                 model.status().ToString().c_str());
+    return 1;
+  }
+  worker::TrainableModel* m = model->get();
+  // Initial weights as the shards make them; momentum buffers.
+  std::vector<kernels::DeviceBuffer> velocity;
+  for (int i = 0; i < m->num_parameters(); ++i) {
+    const TensorSpec& t = spec->model().tensors(i);
+    std::vector<float> w(NumElements(t));
+    if (!InitializeRange(t, spec->seed() + i, 0, absl::MakeSpan(w)).ok() ||
+        !m->SetParameterRange(i, 0, w).ok()) {
+      return 1;
+    }
+    auto v = (*backend)->AllocateArray<float>(m->parameters()[i].size);
+    if (!v.ok() || !(*backend)->Fill(0.0f, v->Span<float>()).ok()) return 1;
+    velocity.push_back(*std::move(v));
+  }
+  const float lr = absl::GetFlag(FLAGS_lr) > 0
+                       ? absl::GetFlag(FLAGS_lr)
+                       : spec->optimizer().learning_rate();
+  const float momentum = spec->optimizer().momentum();
+  auto step = [&](const worker::Batch& b) -> absl::StatusOr<float> {
+    absl::StatusOr<float> loss = m->TrainStep(b, {});
+    if (!loss.ok()) return loss;
+    for (int i = 0; i < m->num_parameters(); ++i) {
+      kernels::DeviceSpan<float> v =
+          velocity[i].Span<float>(m->parameters()[i].size);
+      absl::Status s = (*backend)->Scale(momentum, v);
+      if (s.ok()) s = (*backend)->Axpy(1.0f, m->gradient(i), v);
+      if (s.ok()) s = (*backend)->Axpy(-lr, v, m->parameter(i));
+      if (!s.ok()) return s;
+    }
+    return loss;
+  };
+
+  const int batch = absl::GetFlag(FLAGS_batch);
+  std::vector<int64_t> ids((*train)->num_examples);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::mt19937_64 rng(spec->data().shuffle_seed());
+  if (absl::GetFlag(FLAGS_epochs) == 0) {
+    const int steps = absl::GetFlag(FLAGS_steps);
+    std::vector<worker::Batch> batches;
+    for (int i = 0; i < 4; ++i) {
+      batches.push_back(Gather(**train, ids, i * batch, batch));
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (!step(batches[i % 4]).ok()) return 1;
+    }
+    std::vector<double> ms;
+    for (int i = 0; i < steps; ++i) {
+      const Clock::time_point t0 = Clock::now();
+      absl::StatusOr<float> loss = step(batches[i % 4]);
+      if (!loss.ok()) {
+        std::fprintf(stderr, "model_bench: %s\n",
+                     loss.status().ToString().c_str());
+        return 1;
+      }
+      ms.push_back(1000 * Seconds(t0, Clock::now()));
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf(
+        "model_bench: %s, batch %d, %d BLAS thread(s): step (train + SGD "
+        "momentum) median %.1f ms, min %.1f, max %.1f over %d steps\n",
+        spec->name().c_str(), batch, absl::GetFlag(FLAGS_threads),
+        ms[ms.size() / 2], ms.front(), ms.back(), steps);
+    return 0;
+  }
+  const Clock::time_point start = Clock::now();
+  for (int epoch = 0; epoch < absl::GetFlag(FLAGS_epochs); ++epoch) {
+    std::shuffle(ids.begin(), ids.end(), rng);
+    double loss_sum = 0;
+    int n = 0;
+    for (size_t b = 0; b + batch <= ids.size(); b += batch, ++n) {
+      absl::StatusOr<float> loss = step(Gather(**train, ids, b, batch));
+      if (!loss.ok()) return 1;
+      loss_sum += *loss;
+    }
+    int64_t correct = 0;
+    for (int64_t b = 0; b < (*test)->num_examples; b += 1000) {
+      auto e = m->Evaluate(**test, b,
+                           std::min<int64_t>(1000, (*test)->num_examples - b));
+      if (!e.ok()) return 1;
+      correct += e->correct;
+    }
+    std::printf(
+        "model_bench: epoch %d train loss %.4f test accuracy %.4f "
+        "(%.0f s)\n",
+        epoch + 1, loss_sum / n,
+        static_cast<double>(correct) / (*test)->num_examples,
+        Seconds(start, Clock::now()));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ps
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Step time and single-process accuracy of a job config's layer model.");
+  absl::ParseCommandLine(argc, argv);
+  return ps::Run();
+}

@@ -1,0 +1,430 @@
+#include "worker/model/layer_model.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model_graph.h"
+#include "common/status.h"
+#include "worker/model/embedding_bag_layer.h"
+#include "worker/model/head.h"
+#include "worker/model/layer.h"
+#include "worker/model/sparse_batch.h"
+
+namespace ps::worker::model {
+namespace {
+
+using kernels::Backend;
+using kernels::DeviceBuffer;
+using kernels::DeviceSpan;
+
+// Owns the graph's parameters, gradients and per-node activations and
+// gradients (grown to the largest batch seen). Not thread-safe.
+class LayerModel final : public TrainableModel {
+ public:
+  LayerModel(Backend* backend, ModelGraph graph)
+      : backend_(backend),
+        graph_(std::move(graph)),
+        sparse_(graph_.tables, SparseUses(graph_)),
+        head_(graph_.loss, graph_.nodes[graph_.head_node].width()) {
+    for (const GraphLayer& l : graph_.layers) {
+      max_inputs_ = std::max(max_inputs_, static_cast<int>(l.inputs.size()));
+    }
+    for (const TensorSpec& t : graph_.tensors) {
+      ParameterInfo p{t.name(), {t.shape().begin(), t.shape().end()}, 1};
+      for (int64_t d : p.shape) p.size *= d;
+      info_.push_back(std::move(p));
+    }
+    for (const SparseTableRef& t : graph_.tables) {
+      tables_.push_back({t.name, t.dim});
+    }
+    for (const GraphNode& node : graph_.nodes) {
+      if (node.kind == NodeKind::kSparse) has_sparse_inputs_ = true;
+    }
+  }
+
+  // Makes the layers and the parameters.
+  absl::Status Init() {
+    for (int i = 0; i < static_cast<int>(graph_.layers.size()); ++i) {
+      if (graph_.layers[i].spec.has_embedding_bag()) {
+        layers_.push_back(MakeEmbeddingBagLayer(graph_, i, &sparse_));
+        continue;
+      }
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer, MakeLayer(graph_, i));
+      layers_.push_back(std::move(layer));
+    }
+    for (const ParameterInfo& p : info_) {
+      for (std::vector<DeviceBuffer>* v : {&params_, &grads_}) {
+        PS_ASSIGN_OR_RETURN(DeviceBuffer b,
+                            backend_->AllocateArray<float>(p.size));
+        PS_RETURN_IF_ERROR(backend_->Fill(0.0f, b.Span<float>(p.size)));
+        v->push_back(std::move(b));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const std::vector<ParameterInfo>& parameters() const override {
+    return info_;
+  }
+  bool SplitsRows(int) const override { return false; }
+  DeviceSpan<float> parameter(int index) override {
+    if (!Valid(index)) return {};
+    return params_[index].Span<float>(info_[index].size);
+  }
+  DeviceSpan<const float> gradient(int index) const override {
+    if (!Valid(index)) return {};
+    return grads_[index].Span<float>(info_[index].size);
+  }
+  absl::Status SetParameterRange(int index, int64_t offset,
+                                 absl::Span<const float> host) override {
+    PS_RETURN_IF_ERROR(CheckRange(index, offset, host.size()));
+    if (host.empty()) return absl::OkStatus();
+    return backend_->CopyToDevice(host.data(), parameter(index).data + offset,
+                                  Bytes(host.size()));
+  }
+  absl::Status GetGradientRange(int index, int64_t offset,
+                                absl::Span<float> host) override {
+    PS_RETURN_IF_ERROR(CheckRange(index, offset, host.size()));
+    if (host.empty()) return absl::OkStatus();
+    return backend_->CopyToHost(gradient(index).data + offset, host.data(),
+                                Bytes(host.size()));
+  }
+  absl::Status SwapParameterBuffer(int index, DeviceBuffer& other) override {
+    return Swap(params_, index, other);
+  }
+  absl::Status SwapGradientBuffer(int index, DeviceBuffer& other) override {
+    return Swap(grads_, index, other);
+  }
+
+  absl::StatusOr<float> TrainStep(const Batch& batch,
+                                  const ModelStepHooks& hooks) override {
+    PS_RETURN_IF_ERROR(NoSparseInputs());
+    const int64_t n = batch.size;
+    PS_RETURN_IF_ERROR(Load(batch.images(), n));
+    PS_RETURN_IF_ERROR(head_.SetLabels(*backend_, batch.labels()));
+    return Step(n, hooks);
+  }
+
+  const std::vector<SparseTableInfo>& sparse_tables() const override {
+    return tables_;
+  }
+  absl::StatusOr<std::vector<std::vector<uint64_t>>> PrepareSparse(
+      const data::Batch& batch) override {
+    prepared_size_ = -1;
+    PS_RETURN_IF_ERROR(sparse_.Load(*backend_, batch));
+    prepared_size_ = batch.size;
+    std::vector<std::vector<uint64_t>> keys;
+    for (int t = 0; t < sparse_.num_tables(); ++t) {
+      keys.push_back(sparse_.keys(t));
+    }
+    return keys;
+  }
+  absl::Status SetSparseRows(int table, absl::Span<const float> rows) override {
+    PS_RETURN_IF_ERROR(CheckTable(table));
+    return sparse_.SetRows(*backend_, table, rows);
+  }
+  absl::Status GetSparseGradient(int table, absl::Span<float> rows) override {
+    PS_RETURN_IF_ERROR(CheckTable(table));
+    return sparse_.GetGradient(*backend_, table, rows);
+  }
+  absl::StatusOr<float> TrainDataBatch(const data::Batch& batch,
+                                       const ModelStepHooks& hooks) override {
+    PS_RETURN_IF_ERROR(LoadData(batch));
+    return Step(batch.size, hooks);
+  }
+  absl::StatusOr<ModelEvaluation> EvaluateDataBatch(
+      const data::Batch& batch) override {
+    PS_RETURN_IF_ERROR(LoadData(batch));
+    PS_RETURN_IF_ERROR(Forward(batch.size, nullptr));
+    return head_.Evaluate(*backend_, batch.size, HeadOutput(batch.size));
+  }
+
+  absl::StatusOr<ModelEvaluation> Evaluate(const Dataset& data, int64_t begin,
+                                           int64_t count) override {
+    if (begin < 0 || count < 1 || begin + count > data.num_examples) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("examples [", begin, ", ", begin + count,
+                       ") outside the dataset's ", data.num_examples));
+    }
+    PS_RETURN_IF_ERROR(NoSparseInputs());
+    const int64_t size = data.example_size();
+    PS_RETURN_IF_ERROR(Load(
+        absl::MakeConstSpan(data.images).subspan(begin * size, count * size),
+        count));
+    PS_RETURN_IF_ERROR(head_.SetLabels(
+        *backend_, absl::MakeConstSpan(data.labels).subspan(begin, count)));
+    PS_RETURN_IF_ERROR(Forward(count, nullptr));
+    return head_.Evaluate(*backend_, count, HeadOutput(count));
+  }
+
+ private:
+  static std::vector<SparseBatch::FieldUse> SparseUses(const ModelGraph& g) {
+    std::vector<SparseBatch::FieldUse> uses;
+    for (int i = 0; i < static_cast<int>(g.layers.size()); ++i) {
+      if (!g.layers[i].spec.has_embedding_bag()) continue;
+      for (const SparseBatch::FieldUse& u : EmbeddingBagUses(g, i)) {
+        bool seen = false;
+        for (const SparseBatch::FieldUse& v : uses) {
+          seen |= v.field == u.field && v.table == u.table &&
+                  v.weighted == u.weighted;
+        }
+        if (!seen) uses.push_back(u);
+      }
+    }
+    return uses;
+  }
+  absl::Status NoSparseInputs() const {
+    if (!has_sparse_inputs_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        "this model reads sparse fields: train and evaluate it on batches "
+        "that carry them (TrainDataBatch, EvaluateDataBatch)");
+  }
+  absl::Status CheckTable(int table) const {
+    if (table < 0 || table >= sparse_.num_tables()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sparse table ", table, " outside [0, ", sparse_.num_tables(), ")"));
+    }
+    return absl::OkStatus();
+  }
+  // Forward, the head's loss, backward.
+  absl::StatusOr<float> Step(int64_t n, const ModelStepHooks& hooks) {
+    PS_RETURN_IF_ERROR(Forward(n, &hooks));
+    PS_RETURN_IF_ERROR(
+        head_.Loss(*backend_, n, HeadOutput(n), Gradient(graph_.head_node, n)));
+    if (hooks.before_backward) PS_RETURN_IF_ERROR(hooks.before_backward());
+    PS_RETURN_IF_ERROR(Backward(n, hooks));
+    return head_.LastLoss(*backend_);
+  }
+  // A data reader's batch: its dense values, its labels, and (checked)
+  // the sparse fields PrepareSparse loaded.
+  absl::Status LoadData(const data::Batch& batch) {
+    if (has_sparse_inputs_ && prepared_size_ != batch.size) {
+      return absl::FailedPreconditionError(
+          "PrepareSparse(batch) must come before the batch's step");
+    }
+    PS_RETURN_IF_ERROR(Load(batch.dense, batch.size));
+    switch (batch.label_kind) {
+      case data::LabelKind::kClass:
+        return head_.SetLabels(*backend_, batch.classes);
+      case data::LabelKind::kFloat:
+        return head_.SetTargets(*backend_, batch.labels);
+      default:
+        return absl::InvalidArgumentError("the batch has no labels");
+    }
+  }
+  static int64_t Bytes(size_t floats) {
+    return static_cast<int64_t>(floats * sizeof(float));
+  }
+  bool Valid(int index) const { return index >= 0 && index < num_parameters(); }
+  absl::Status CheckRange(int index, int64_t offset, size_t size) const {
+    if (!Valid(index)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter index ", index, " outside [0, ", num_parameters(), ")"));
+    }
+    const ParameterInfo& p = info_[index];
+    if (offset < 0 || offset > p.size ||
+        static_cast<int64_t>(size) > p.size - offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("elements [", offset, ", ", offset + size, ") of ",
+                       p.name, " are outside its ", p.size));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Swap(std::vector<DeviceBuffer>& buffers, int index,
+                    DeviceBuffer& other) {
+    PS_RETURN_IF_ERROR(CheckRange(index, 0, 0));
+    if (other.bytes() < Bytes(info_[index].size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a buffer of ", other.bytes(), " bytes cannot hold ",
+                       info_[index].name, " (", info_[index].size, " floats)"));
+    }
+    std::swap(buffers[index], other);
+    return absl::OkStatus();
+  }
+
+  // Grows the activations and their gradients to `batch` examples.
+  absl::Status Reserve(int64_t batch) {
+    if (batch <= capacity_) return absl::OkStatus();
+    int64_t widest = 1;
+    std::vector<DeviceBuffer> acts, grads;
+    for (const GraphNode& node : graph_.nodes) {
+      widest = std::max(widest, node.width());
+      const bool layer = node.kind == NodeKind::kLayer;
+      PS_ASSIGN_OR_RETURN(DeviceBuffer a,
+                          backend_->AllocateArray<float>(
+                              batch * std::max<int64_t>(node.width(), 1)));
+      acts.push_back(std::move(a));
+      if (layer) {
+        PS_ASSIGN_OR_RETURN(DeviceBuffer g, backend_->AllocateArray<float>(
+                                                batch * node.width()));
+        grads.push_back(std::move(g));
+      } else {
+        grads.emplace_back();
+      }
+    }
+    std::vector<DeviceBuffer> scratch;
+    for (int k = 0; k < max_inputs_; ++k) {
+      PS_ASSIGN_OR_RETURN(DeviceBuffer s,
+                          backend_->AllocateArray<float>(batch * widest));
+      scratch.push_back(std::move(s));
+    }
+    for (const std::unique_ptr<Layer>& layer : layers_) {
+      PS_RETURN_IF_ERROR(layer->Reserve(*backend_, batch));
+    }
+    PS_RETURN_IF_ERROR(head_.Reserve(*backend_, batch));
+    acts_ = std::move(acts);
+    dacts_ = std::move(grads);
+    scratch_ = std::move(scratch);
+    capacity_ = batch;
+    return absl::OkStatus();
+  }
+
+  // Checks the batch's dense values and uploads them (the inputs "dense"
+  // and "image" share them).
+  absl::Status Load(absl::Span<const float> values, int64_t n) {
+    if (n <= 0) return absl::InvalidArgumentError("empty batch");
+    PS_RETURN_IF_ERROR(Reserve(n));
+    for (int id = 0; id < static_cast<int>(graph_.nodes.size()); ++id) {
+      const GraphNode& node = graph_.nodes[id];
+      if (node.kind == NodeKind::kLayer || node.kind == NodeKind::kSparse) {
+        continue;
+      }
+      if (static_cast<int64_t>(values.size()) != n * node.width()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", node.name, "' takes ", node.width(),
+            " values per example; a batch of ", n, " has ", values.size()));
+      }
+      PS_RETURN_IF_ERROR(backend_->CopyToDevice(values.data(), acts_[id].data(),
+                                                Bytes(values.size())));
+    }
+    return absl::OkStatus();
+  }
+
+  DeviceSpan<float> Activation(int node, int64_t batch) {
+    return acts_[node].Span<float>(batch * graph_.nodes[node].width());
+  }
+  DeviceSpan<float> Gradient(int node, int64_t batch) {
+    return dacts_[node].Span<float>(batch * graph_.nodes[node].width());
+  }
+  DeviceSpan<const float> HeadOutput(int64_t batch) {
+    return Activation(graph_.head_node, batch);
+  }
+
+  LayerIo IoOf(int li, int64_t batch) {
+    const GraphLayer& layer = graph_.layers[li];
+    LayerIo io;
+    io.batch = batch;
+    for (int node : layer.inputs) io.inputs.push_back(Activation(node, batch));
+    io.output = Activation(layer.node, batch);
+    for (int t = 0; t < layer.num_tensors; ++t) {
+      io.params.push_back(parameter(layer.first_tensor + t));
+    }
+    return io;
+  }
+
+  absl::Status Forward(int64_t batch, const ModelStepHooks* hooks) {
+    for (int li : graph_.order) {
+      const GraphLayer& layer = graph_.layers[li];
+      if (hooks != nullptr && hooks->before_use) {
+        for (int t = 0; t < layer.num_tensors; ++t) {
+          const int index = layer.first_tensor + t;
+          PS_RETURN_IF_ERROR(hooks->before_use(index, 0, info_[index].size));
+        }
+      }
+      PS_RETURN_IF_ERROR(layers_[li]->Forward(*backend_, IoOf(li, batch)));
+    }
+    return absl::OkStatus();
+  }
+
+  // Runs the layers backwards. A node's gradient is written by the first
+  // layer (in backward order) that reads it, and summed into by the rest
+  // through scratch.
+  absl::Status Backward(int64_t batch, const ModelStepHooks& hooks) {
+    std::vector<bool> written(graph_.nodes.size(), false);
+    written[graph_.head_node] = true;
+    for (auto it = graph_.order.rbegin(); it != graph_.order.rend(); ++it) {
+      const int li = *it;
+      const GraphLayer& layer = graph_.layers[li];
+      const LayerIo io = IoOf(li, batch);
+      LayerGrads g;
+      g.doutput = Gradient(layer.node, batch);
+      std::vector<std::pair<int, int>> sums;  // (node, scratch)
+      for (size_t k = 0; k < layer.inputs.size(); ++k) {
+        const int node = layer.inputs[k];
+        if (graph_.nodes[node].kind != NodeKind::kLayer) {
+          g.dinputs.emplace_back();
+        } else if (!written[node]) {
+          written[node] = true;
+          g.dinputs.push_back(Gradient(node, batch));
+        } else {
+          const int s = static_cast<int>(sums.size());
+          sums.emplace_back(node, s);
+          g.dinputs.push_back(
+              scratch_[s].Span<float>(batch * graph_.nodes[node].width()));
+        }
+      }
+      for (int t = 0; t < layer.num_tensors; ++t) {
+        g.dparams.push_back(grads_[layer.first_tensor + t].Span<float>(
+            info_[layer.first_tensor + t].size));
+      }
+      PS_RETURN_IF_ERROR(layers_[li]->Backward(*backend_, io, g));
+      for (const auto& [node, s] : sums) {
+        PS_RETURN_IF_ERROR(backend_->Axpy(
+            1.0f, scratch_[s].Span<float>(batch * graph_.nodes[node].width()),
+            Gradient(node, batch)));
+      }
+      if (hooks.on_gradient_part) {
+        for (int t = 0; t < layer.num_tensors; ++t) {
+          const int index = layer.first_tensor + t;
+          hooks.on_gradient_part(index, 0, info_[index].size);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  Backend* const backend_;
+  const ModelGraph graph_;
+  SparseBatch sparse_;  // the embedding bags' view of the current batch
+  std::vector<std::unique_ptr<Layer>> layers_;  // as graph_.layers
+  Head head_;
+  std::vector<SparseTableInfo> tables_;  // graph_.tables
+  bool has_sparse_inputs_ = false;
+  int64_t prepared_size_ = -1;       // the batch PrepareSparse loaded
+  std::vector<ParameterInfo> info_;  // graph_.tensors
+  std::vector<DeviceBuffer> params_;
+  std::vector<DeviceBuffer> grads_;
+  int max_inputs_ = 0;  // inputs of the layer with the most
+  int64_t capacity_ = 0;
+  std::vector<DeviceBuffer> acts_;   // per node
+  std::vector<DeviceBuffer> dacts_;  // per layer node (empty for inputs)
+  std::vector<DeviceBuffer> scratch_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainableModel>> CreateLayerModel(
+    const ModelSpec& spec, int64_t example_size, kernels::Backend* backend) {
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError("CreateLayerModel: backend is null");
+  }
+  PS_ASSIGN_OR_RETURN(ModelGraph graph,
+                      ResolveModelGraph(spec, SparseTablesOf(spec)));
+  for (const GraphNode& node : graph.nodes) {
+    if (example_size > 0 &&
+        (node.kind == NodeKind::kDense || node.kind == NodeKind::kImage) &&
+        node.width() != example_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model input '", node.name, "' has ", node.width(),
+                       " values per example but the dataset's examples have ",
+                       example_size));
+    }
+  }
+  auto model = std::make_unique<LayerModel>(backend, std::move(graph));
+  PS_RETURN_IF_ERROR(model->Init());
+  return std::unique_ptr<TrainableModel>(std::move(model));
+}
+
+}  // namespace ps::worker::model

@@ -1,0 +1,37 @@
+// A layer model (ModelSpec.layers, common/model_graph.h) behind the
+// TrainableModel seam: its layers (worker/model/layer.h) run in the graph's
+// order on one backend, forward then backward, and the head's loss drives
+// the gradients. The dense tensors are the graph's, in the parameter
+// servers' order (common/model.h ExpandModel).
+#ifndef PS_WORKER_MODEL_LAYER_MODEL_H_
+#define PS_WORKER_MODEL_LAYER_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "proto/config.pb.h"
+#include "worker/trainable_model.h"
+
+namespace ps::worker::model {
+
+// The layer model `spec` describes (ModelSpec.layers, or the MlpSpec
+// shorthand expanded to Dense layers) on `backend` (not owned; must outlive
+// the model). The inputs "dense" and "image" both read an example's dense
+// values: with `example_size` > 0 they must be that wide (the IDX datasets'
+// examples). Labels are classes (the IDX path, TrainStep and Evaluate); a
+// sigmoid or squared-error head reads a class as its number. A model with
+// sparse inputs (embedding bags) trains only on the data readers' batches
+// (TrainDataBatch after PrepareSparse: trainable_model.h); its TrainStep and
+// Evaluate are FAILED_PRECONDITION.
+//
+// Errors: INVALID_ARGUMENT for a model that does not resolve (every
+// problem, as ResolveModelGraph lists them) or whose inputs are not
+// `example_size` wide. No parameter splits in row blocks.
+absl::StatusOr<std::unique_ptr<TrainableModel>> CreateLayerModel(
+    const ModelSpec& spec, int64_t example_size, kernels::Backend* backend);
+
+}  // namespace ps::worker::model
+
+#endif  // PS_WORKER_MODEL_LAYER_MODEL_H_
