@@ -20,12 +20,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/coordinator_address.h"
 #include "common/file_system.h"
 #include "common/metrics.h"
 #include "common/process.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
+#include "server/member_id_file.h"
 #include "server/parameter_service.h"
 #include "server/shard/shard_store.h"
 
@@ -45,8 +47,15 @@ ABSL_FLAG(std::string, coordinator, "",
           "Coordinator address (host:port) to register and heartbeat with. "
           "Empty: no registration; the server is driven directly by its "
           "SetupJob RPC.");
+ABSL_FLAG(std::string, coordinator_file, "",
+          "File holding the coordinator's host:port (the coordinator's own "
+          "--coordinator_file), read again whenever the coordinator is "
+          "unreachable: a coordinator restarted at another address is "
+          "found there. Instead of --coordinator.");
 ABSL_FLAG(int64_t, member_id, 0,
-          "Member id from a previous registration, kept across restarts.");
+          "This shard's member id (its identity in the coordinator's jobs). "
+          "0: the one kept in --data_dir from an earlier registration, else "
+          "a new one (then kept there).");
 ABSL_FLAG(std::string, data_dir, "",
           "Directory for checkpoints (<data_dir>/<job_id>/). Empty: "
           "checkpoints are refused and SetupJob(restore) starts fresh.");
@@ -93,25 +102,19 @@ void Log(const std::string& line) {
   std::fflush(stderr);
 }
 
-// Registers with the coordinator and heartbeats until `stop`.
-void CoordinatorLoop(const std::string& coordinator, const std::string& address,
-                     const TlsOptions& tls, const std::string& token,
-                     absl::Notification* stop) {
-  ChannelOptions copts;
-  copts.tls = tls;
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeChannel(coordinator, copts);
-  if (!channel.ok()) {
-    Log(absl::StrCat("cannot reach coordinator: ",
-                     channel.status().ToString()));
-    return;
-  }
-  auto stub = CoordinatorService::NewStub(*channel);
-  int64_t member_id = absl::GetFlag(FLAGS_member_id);
+// Registers with the coordinator and heartbeats until `stop`. The member
+// id comes from --member_id, else from --data_dir (a restart on any port
+// takes this shard's place in its jobs), and is kept there once given.
+void CoordinatorLoop(CoordinatorConnection* coordinator,
+                     const std::string& address, const std::string& token,
+                     int64_t member_id, absl::Notification* stop) {
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   absl::Duration interval = absl::Seconds(1);
   bool registered = false;
   absl::Duration backoff = absl::Milliseconds(200);
   while (!stop->HasBeenNotified()) {
+    absl::StatusOr<std::shared_ptr<CoordinatorService::Stub>> stub =
+        coordinator->Stub();
     if (!registered) {
       RegisterRequest request;
       request.set_role(SERVER);
@@ -124,7 +127,9 @@ void CoordinatorLoop(const std::string& coordinator, const std::string& address,
       RegisterResponse response;
       grpc::ClientContext context;
       PrepareContext(&context, absl::Seconds(5), token);
-      grpc::Status s = stub->Register(&context, request, &response);
+      absl::Status s = stub.status();
+      if (s.ok())
+        s = FromGrpcStatus((*stub)->Register(&context, request, &response));
       if (s.ok()) {
         registered = true;
         member_id = response.member_id();
@@ -132,11 +137,17 @@ void CoordinatorLoop(const std::string& coordinator, const std::string& address,
           interval = absl::Milliseconds(response.heartbeat_interval_ms());
         }
         backoff = absl::Milliseconds(200);
-        Log(absl::StrCat("registered with coordinator ", coordinator,
-                         " as member ", member_id));
+        Log(absl::StrCat("registered with coordinator ",
+                         coordinator->Describe(), " as member ", member_id));
+        if (absl::Status kept =
+                SaveMemberId(FileSystem::Posix(), data_dir, member_id);
+            !kept.ok()) {
+          Log(absl::StrCat("member id not kept: ", kept.ToString()));
+        }
       } else {
-        Log(absl::StrCat("register with coordinator ", coordinator,
-                         " failed: ", s.error_message(), "; retrying"));
+        Log(absl::StrCat("register with coordinator ", coordinator->Describe(),
+                         " failed: ", s.message(), "; retrying"));
+        coordinator->Refresh();
         stop->WaitForNotificationWithTimeout(backoff);
         backoff = std::min(backoff * 2, absl::Seconds(5));
         continue;
@@ -148,12 +159,17 @@ void CoordinatorLoop(const std::string& coordinator, const std::string& address,
     HeartbeatResponse response;
     grpc::ClientContext context;
     PrepareContext(&context, absl::Seconds(5), token);
-    grpc::Status s = stub->Heartbeat(&context, request, &response);
+    absl::Status s = stub.status();
+    if (s.ok())
+      s = FromGrpcStatus((*stub)->Heartbeat(&context, request, &response));
     if (s.ok() && response.reregister()) {
       Log("coordinator asked to register again");
       registered = false;
     } else if (!s.ok()) {
-      Log(absl::StrCat("heartbeat failed: ", s.error_message()));
+      Log(absl::StrCat("heartbeat failed: ", s.message()));
+      // A coordinator that moved is registered with afresh at its new
+      // address (it may be a restarted one that does not know us).
+      if (coordinator->Refresh()) registered = false;
     }
   }
 }
@@ -164,6 +180,16 @@ int Run() {
   if (!token.ok()) {
     Log(token.status().ToString());
     return 2;
+  }
+  int64_t member_id = absl::GetFlag(FLAGS_member_id);
+  if (member_id == 0) {
+    absl::StatusOr<int64_t> kept =
+        LoadMemberId(FileSystem::Posix(), absl::GetFlag(FLAGS_data_dir));
+    if (!kept.ok()) {
+      Log(kept.status().ToString());
+      return 2;
+    }
+    member_id = *kept;
   }
   TlsOptions tls;
   tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
@@ -270,8 +296,10 @@ int Run() {
     }
   });
   std::thread coordinator_thread;
-  if (const std::string coord = absl::GetFlag(FLAGS_coordinator);
-      !coord.empty()) {
+  std::unique_ptr<CoordinatorConnection> coordinator;
+  if (const std::string coord = absl::GetFlag(FLAGS_coordinator),
+      coord_file = absl::GetFlag(FLAGS_coordinator_file);
+      !coord.empty() || !coord_file.empty()) {
     std::string advertise = absl::GetFlag(FLAGS_advertise_address);
     if (advertise.empty()) {
       std::string h = host;
@@ -282,8 +310,17 @@ int Run() {
       }
       advertise = absl::StrCat(h, ":", port);
     }
-    coordinator_thread =
-        std::thread(CoordinatorLoop, coord, advertise, tls, *token, &stop);
+    ChannelOptions copts;
+    copts.tls = tls;
+    absl::StatusOr<std::unique_ptr<CoordinatorConnection>> c =
+        CoordinatorConnection::Create(coord, coord_file, copts);
+    if (!c.ok()) {
+      Log(c.status().ToString());
+      return 2;
+    }
+    coordinator = std::move(*c);
+    coordinator_thread = std::thread(CoordinatorLoop, coordinator.get(),
+                                     advertise, *token, member_id, &stop);
   }
 
   stop.WaitForNotification();

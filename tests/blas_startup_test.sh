@@ -96,7 +96,7 @@ same_pid native
 env -u OPENBLAS_CORETYPE "$R/worker/ps_worker" 2>"$T/worker.err"
 echo "--- ps_worker"; cat "$T/worker.err"
 grep -q "^worker: blas: OpenBLAS core " "$T/worker.err" || fail "ps_worker: no blas line"
-grep -q -- "--coordinator is required" "$T/worker.err" || fail "ps_worker: did not go on after the check"
+grep -q -- "no coordinator: give --coordinator" "$T/worker.err" || fail "ps_worker: did not go on after the check"
 "$R/kernels/kernels_benchmark" --benchmark_filter='BM_CblasSgemm/m:128/n:10/' \
   --benchmark_min_time=0.001 >"$T/bench.out" 2>&1
 echo "--- kernels_benchmark"; cat "$T/bench.out"

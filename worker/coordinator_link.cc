@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/coordinator_address.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
@@ -25,8 +26,8 @@ bool SameAssignment(const WorkerAssignment& a, const WorkerAssignment& b) {
 class CoordinatorLinkImpl final : public CoordinatorLink {
  public:
   CoordinatorLinkImpl(CoordinatorLinkOptions options,
-                      std::unique_ptr<CoordinatorService::Stub> stub)
-      : options_(std::move(options)), stub_(std::move(stub)) {}
+                      std::unique_ptr<CoordinatorConnection> coordinator)
+      : options_(std::move(options)), coordinator_(std::move(coordinator)) {}
 
   ~CoordinatorLinkImpl() override { Stop(); }
 
@@ -36,12 +37,13 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       absl::Status s = Register();
       if (s.ok()) break;
       if (!IsRetryable(s) || absl::Now() + backoff > deadline) {
-        return Annotate(
-            s, absl::StrCat("register with coordinator ", options_.address));
+        return Annotate(s, absl::StrCat("register with coordinator ",
+                                        coordinator_->Describe()));
       }
-      std::fprintf(stderr,
-                   "worker: coordinator %s not reachable (%s); retrying\n",
-                   options_.address.c_str(), std::string(s.message()).c_str());
+      std::fprintf(
+          stderr, "worker: coordinator %s not reachable (%s); retrying\n",
+          coordinator_->Describe().c_str(), std::string(s.message()).c_str());
+      coordinator_->Refresh();
       absl::SleepFor(backoff);
       backoff = std::min(backoff * 2, absl::Seconds(2));
     }
@@ -87,7 +89,9 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.rpc_timeout, options_.token);
       ReportMetricsResponse resp;
-      return FromGrpcStatus(stub_->ReportMetrics(&ctx, req, &resp));
+      return Call([&](CoordinatorService::Stub& stub) {
+        return stub.ReportMetrics(&ctx, req, &resp);
+      });
     });
   }
 
@@ -103,7 +107,9 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.rpc_timeout, options_.token);
       ReportFailureResponse resp;
-      return FromGrpcStatus(stub_->ReportFailure(&ctx, req, &resp));
+      return Call([&](CoordinatorService::Stub& stub) {
+        return stub.ReportFailure(&ctx, req, &resp);
+      });
     });
   }
 
@@ -119,6 +125,20 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
   }
 
  private:
+  // One call on the current stub; when the coordinator is unreachable, its
+  // file (if it follows one) is read again so that the next call goes to
+  // where it moved (a restarted coordinator asks us to register again).
+  template <typename Fn>
+  absl::Status Call(Fn fn) {
+    absl::StatusOr<std::shared_ptr<CoordinatorService::Stub>> stub =
+        coordinator_->Stub();
+    absl::Status s = stub.ok() ? FromGrpcStatus(fn(**stub)) : stub.status();
+    if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+      coordinator_->Refresh();
+    }
+    return s;
+  }
+
   absl::Status Register() {
     RegisterRequest req;
     req.set_role(WORKER);
@@ -133,7 +153,9 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, options_.rpc_timeout, options_.token);
     RegisterResponse resp;
-    PS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(&ctx, req, &resp)));
+    PS_RETURN_IF_ERROR(Call([&](CoordinatorService::Stub& stub) {
+      return stub.Register(&ctx, req, &resp);
+    }));
     absl::MutexLock l(&mu_);
     if (member_id_ != resp.member_id()) {
       std::fprintf(stderr, "worker: registered as member %lld\n",
@@ -161,7 +183,9 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.rpc_timeout, options_.token);
       HeartbeatResponse resp;
-      absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &resp));
+      absl::Status s = Call([&](CoordinatorService::Stub& stub) {
+        return stub.Heartbeat(&ctx, req, &resp);
+      });
       connected_ = s.ok();
       if (!s.ok()) {
         if (!warned) {
@@ -189,7 +213,7 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
   }
 
   const CoordinatorLinkOptions options_;
-  std::unique_ptr<CoordinatorService::Stub> stub_;
+  const std::unique_ptr<CoordinatorConnection> coordinator_;
   std::thread thread_;
   mutable absl::Mutex mu_;
   int64_t member_id_ ABSL_GUARDED_BY(mu_) = 0;
@@ -205,15 +229,13 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
 
 absl::StatusOr<std::unique_ptr<CoordinatorLink>> CreateCoordinatorLink(
     const CoordinatorLinkOptions& options) {
-  if (options.address.empty()) {
-    return absl::InvalidArgumentError("--coordinator is required");
-  }
   ChannelOptions channel_options;
   channel_options.tls = options.tls;
-  PS_ASSIGN_OR_RETURN(auto channel,
-                      MakeChannel(options.address, channel_options));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorConnection> coordinator,
+                      CoordinatorConnection::Create(
+                          options.address, options.file, channel_options));
   return std::unique_ptr<CoordinatorLink>(
-      new CoordinatorLinkImpl(options, CoordinatorService::NewStub(channel)));
+      new CoordinatorLinkImpl(options, std::move(coordinator)));
 }
 
 }  // namespace ps::worker

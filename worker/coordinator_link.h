@@ -1,7 +1,8 @@
 // The worker's connection to the coordinator: registration, the heartbeat
 // loop that carries the current assignment, metric reports and failure
-// reports. Survives coordinator restarts: calls are retried with backoff, and
-// a coordinator that no longer knows this worker gets it registered again
+// reports. Survives coordinator restarts, at its address or another one
+// named in the coordinator file: calls are retried with backoff, and a
+// coordinator that no longer knows this worker gets it registered again
 // (under the same member id).
 #ifndef PS_WORKER_COORDINATOR_LINK_H_
 #define PS_WORKER_COORDINATOR_LINK_H_
@@ -19,7 +20,10 @@
 namespace ps::worker {
 
 struct CoordinatorLinkOptions {
-  std::string address;  // host:port
+  // host:port, or a file holding it (the coordinator's --coordinator_file),
+  // read again whenever the coordinator is unreachable; exactly one.
+  std::string address;
+  std::string file;
   std::string token;
   std::string device;  // reported at registration: "cpu" or "cuda:N"
   // Also reported at registration: OpenBLAS's core in this process and the

@@ -30,7 +30,12 @@
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, coordinator, "",
-          "Coordinator address host:port (required).");
+          "Coordinator address host:port (this or --coordinator_file).");
+ABSL_FLAG(std::string, coordinator_file, "",
+          "File holding the coordinator's host:port (the coordinator's own "
+          "--coordinator_file), read again whenever the coordinator is "
+          "unreachable: a coordinator restarted at another address is "
+          "found there.");
 ABSL_FLAG(std::string, device, "",
           "Compute device: cpu, cuda or cuda:N. Default: the first GPU if one "
           "works, else the CPU (the choice is logged).");
@@ -154,6 +159,28 @@ class DataCache {
       cache_;
 };
 
+// Registers with the coordinator named by --coordinator or
+// --coordinator_file (retrying for up to 5 minutes) and starts heartbeating.
+absl::StatusOr<std::unique_ptr<CoordinatorLink>> ConnectToCoordinator(
+    const TlsOptions& tls, const std::string& token, const std::string& device,
+    const std::string& blas_core, double gflops) {
+  CoordinatorLinkOptions lo;
+  lo.address = absl::GetFlag(FLAGS_coordinator);
+  lo.file = absl::GetFlag(FLAGS_coordinator_file);
+  lo.tls = tls;
+  lo.token = token;
+  lo.device = device;
+  lo.blas_core = blas_core;
+  lo.gemm_gflops = gflops;
+  lo.heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorLink> link,
+                      CreateCoordinatorLink(lo));
+  absl::Status s = link->Start(absl::Now() + absl::Minutes(5));
+  if (!s.ok()) return absl::UnavailableError(s.message());
+  return link;
+}
+
 int Run(const std::string& blas_core) {
   if (absl::GetFlag(FLAGS_wait_spin_us) < 0) {
     std::fprintf(stderr, "worker: --wait_spin_us must be >= 0, got %d\n",
@@ -195,26 +222,12 @@ int Run(const std::string& blas_core) {
   tls.key_file = absl::GetFlag(FLAGS_tls_key);
   tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
 
-  CoordinatorLinkOptions lo;
-  lo.address = absl::GetFlag(FLAGS_coordinator);
-  lo.tls = tls;
-  lo.token = *token;
-  lo.device = device->name;
-  lo.blas_core = blas_core;
-  lo.gemm_gflops = *gflops;
-  lo.heartbeat_interval =
-      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   absl::StatusOr<std::unique_ptr<CoordinatorLink>> link =
-      CreateCoordinatorLink(lo);
+      ConnectToCoordinator(tls, *token, device->name, blas_core, *gflops);
   if (!link.ok()) {
     std::fprintf(stderr, "worker: %s\n",
                  std::string(link.status().message()).c_str());
-    return 2;
-  }
-  if (absl::Status s = (*link)->Start(absl::Now() + absl::Minutes(5));
-      !s.ok()) {
-    std::fprintf(stderr, "worker: %s\n", std::string(s.message()).c_str());
-    return 1;
+    return absl::IsInvalidArgument(link.status()) ? 2 : 1;
   }
 
   // The health service follows the heartbeats, checked every 500 ms.

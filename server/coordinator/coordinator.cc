@@ -120,6 +120,9 @@ class CoordinatorImpl : public Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_.mu());
 
   const CoordinatorOptions options_;
+  // The end of the grace period after a restart that found running jobs
+  // (set by Load, before any other thread runs; 0: none).
+  int64_t grace_until_ms_ = 0;
   const Clock* const clock_;
   JobStore* const store_;
   ShardClient* const shards_;
@@ -140,7 +143,12 @@ absl::Status CoordinatorImpl::Load() {
   WriteBatch writes;
   {
     absl::MutexLock l(&table_.mu());
-    for (StoredJob& s : stored) Restore(std::move(s), now, &writes);
+    for (StoredJob& s : stored) {
+      if (s.record.state() == RUNNING) {
+        grace_until_ms_ = now + options_.restart_grace_ms;
+      }
+      Restore(std::move(s), now, &writes);
+    }
   }
   return writes.Flush(store_);
 }
@@ -178,6 +186,7 @@ void CoordinatorImpl::Restore(StoredJob s, int64_t now, WriteBatch* writes) {
     // It was being started: start again from scratch.
     j.record.clear_slots();
     j.record.clear_servers();
+    j.record.clear_server_members();
     j.record.clear_workers();
     table_.SaveRecord(j, writes);
   } else if (IsTerminal(j.record.state())) {
@@ -197,8 +206,12 @@ absl::StatusOr<RegisterResponse> CoordinatorImpl::Register(
     PS_RETURN_IF_ERROR(store_->PutNextMemberId(membership_.next_member_id()));
   }
   if (m.role() == SERVER) {
-    absl::MutexLock l(&table_.mu());
-    CheckShardsServedBy(table_, m);
+    WriteBatch writes;
+    {
+      absl::MutexLock l(&table_.mu());
+      CheckShardsServedBy(table_, m, membership_, &writes);
+    }
+    PS_RETURN_IF_ERROR(writes.Flush(store_));
   }
   if (m.role() == WORKER && previous.has_value() &&
       previous->pid() != request.pid()) {
@@ -369,7 +382,8 @@ void CoordinatorImpl::Tick() {
   const int64_t now = clock_->NowMs();
   const LivenessOptions liveness{
       .server_wait_timeout_ms = options_.server_wait_timeout_ms,
-      .rate_window_ms = options_.rate_window_ms};
+      .rate_window_ms = options_.rate_window_ms,
+      .grace_until_ms = grace_until_ms_};
   WriteBatch writes;
   std::vector<std::string> to_reconcile;
   {

@@ -64,6 +64,11 @@ struct CoordinatorOptions {
   bool check_dataset_files = true;
   // Longest interval WatchJob waits between updates when nothing changes.
   int64_t watch_interval_ms = 1000;
+  // After a start that found RUNNING jobs in the store (a restart), nobody
+  // is evicted for missed heartbeats, a barrier or slowness for this long
+  // (and at least each job's heartbeat timeout): the members' heartbeats
+  // stopped because the coordinator was down, not because they were.
+  int64_t restart_grace_ms = 30000;
 };
 
 // Thread-safe. Does not own the clock, the store or the shard client; they

@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
+#include "common/coordinator_address.h"
 #include "common/file_system.h"
 #include "common/metrics.h"
 #include "common/process.h"
@@ -36,6 +38,20 @@ ABSL_FLAG(int, port, 0,
 ABSL_FLAG(std::string, port_file, "",
           "If set, the chosen port is written to this file (atomically) once "
           "the server accepts calls.");
+ABSL_FLAG(std::string, coordinator_file, "",
+          "If set, this coordinator's host:port is written to this file "
+          "(atomically) once it accepts calls; daemons and psctl given the "
+          "same file with --coordinator_file follow it, and find a "
+          "coordinator restarted at another address there.");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host:port written to --coordinator_file (a host alone: with the "
+          "chosen port); default <host>:<chosen port> (the hostname when "
+          "--host is 0.0.0.0).");
+ABSL_FLAG(int64_t, restart_grace_ms, 30000,
+          "After a restart that found running jobs, nobody is evicted for "
+          "missed heartbeats, a barrier or slowness for this long (at least "
+          "each job's heartbeat timeout): the members' heartbeats stopped "
+          "because the coordinator was down.");
 ABSL_FLAG(std::string, data_dir, "",
           "Directory of the durable job store (job records, events, metric "
           "series). Required; a restart on the same directory resumes every "
@@ -110,6 +126,7 @@ int Run() {
   options.member_timeout_ms = absl::GetFlag(FLAGS_member_timeout_ms);
   options.server_wait_timeout_ms = absl::GetFlag(FLAGS_server_wait_timeout_ms);
   options.check_dataset_files = absl::GetFlag(FLAGS_check_dataset);
+  options.restart_grace_ms = absl::GetFlag(FLAGS_restart_grace_ms);
   if (options.heartbeat_interval_ms <= 0 || options.member_timeout_ms <= 0) {
     std::fprintf(stderr,
                  "coordinator: --heartbeat_interval_ms and "
@@ -178,6 +195,28 @@ int Run() {
       return 1;
     }
   }
+  if (const std::string file = absl::GetFlag(FLAGS_coordinator_file);
+      !file.empty()) {
+    std::string advertise = absl::GetFlag(FLAGS_advertise_address);
+    if (advertise.empty()) {
+      std::string h = host;
+      if (h == "0.0.0.0" || h == "::" || h == "[::]") {
+        char name[256] = {0};
+        gethostname(name, sizeof(name) - 1);
+        h = name;
+      }
+      advertise = absl::StrCat(h, ":", port);
+    } else if (advertise.find(':') == std::string::npos) {
+      advertise = absl::StrCat(advertise, ":", port);
+    }
+    if (absl::Status s =
+            PublishCoordinatorAddress(FileSystem::Posix(), file, advertise);
+        !s.ok()) {
+      std::fprintf(stderr, "coordinator: %s\n",
+                   std::string(s.message()).c_str());
+      return 1;
+    }
+  }
   std::printf("coordinator listening on %s:%d (data dir %s)\n", host.c_str(),
               port, data_dir.c_str());
   std::fflush(stdout);
@@ -224,6 +263,7 @@ int main(int argc, char** argv) {
       "The parameter-server coordinator: registers servers and workers, "
       "queues and runs jobs, stores their records and metrics.\n"
       "Usage: coordinator --data_dir=DIR [--port=0 --port_file=F] "
+      "[--coordinator_file=F] "
       "[--token_file=F | PS_TOKEN=...] [--tls_cert=C --tls_key=K "
       "[--tls_ca=CA]]");
   absl::ParseCommandLine(argc, argv);

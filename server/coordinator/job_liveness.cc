@@ -181,23 +181,50 @@ void AnswerHeartbeat(JobTable& table, const HeartbeatRequest& request,
   }
 }
 
-void CheckShardsServedBy(JobTable& table, const Member& server) {
+void CheckShardsServedBy(JobTable& table, const Member& server,
+                         const Membership& members, WriteBatch* writes) {
   for (auto& [id, job] : table.jobs()) {
     if (job->record.state() != RUNNING) continue;
-    for (int i : ShardsServedBy(*job, server))
+    JobRecord& r = job->record;
+    bool moved = false;
+    for (int i : ShardsServedBy(*job, server, members)) {
       job->shards[i].needs_check = true;
+      while (r.server_members_size() <= i) r.add_server_members(0);
+      if (r.servers(i) == server.address() &&
+          r.server_members(i) == server.member_id()) {
+        continue;
+      }
+      table.AddEvent(
+          *job, "server_moved",
+          absl::StrCat("shard ", i, " (member ", r.server_members(i), " at ",
+                       r.servers(i), ") is now served by member ",
+                       server.member_id(), " at ", server.address()),
+          server.member_id(), writes);
+      r.set_servers(i, server.address());
+      r.set_server_members(i, server.member_id());
+      moved = true;
+    }
+    if (moved) table.SaveRecord(*job, writes);
   }
 }
 
 void CheckRunningJob(JobTable& table, Job& job, const Membership& members,
                      int64_t now, const LivenessOptions& options,
                      WriteBatch* writes) {
+  if (now < options.grace_until_ms) {
+    // Every worker counts as heard from, and its clock as moving, at the
+    // end of the grace period at the earliest.
+    for (auto& [id, rt] : job.runtime) {
+      rt.last_heartbeat_ms = std::max(rt.last_heartbeat_ms, now);
+      rt.clock_changed_ms = std::max(rt.clock_changed_ms, now);
+    }
+  }
   EvictSilentWorkers(table, job, now, writes);
   if (job.record.state() != RUNNING) return;
   TrackShards(table, job, members, now, options.server_wait_timeout_ms, writes);
   if (job.record.state() != RUNNING) return;
   EvictBarrierHolders(table, job, now, writes);
-  if (job.record.state() != RUNNING) return;
+  if (job.record.state() != RUNNING || now < options.grace_until_ms) return;
   ActOnStragglers(table, job, now, options.rate_window_ms, writes);
 }
 

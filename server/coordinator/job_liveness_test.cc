@@ -134,11 +134,41 @@ TEST_F(LivenessTest, ARegisteringServerHasItsShardsChecked) {
   server.set_address("127.0.0.1:7002");
   {
     absl::MutexLock l(&table_.mu());
-    CheckShardsServedBy(table_, server);
+    CheckShardsServedBy(table_, server, members_, &writes_);
   }
   EXPECT_FALSE(a.shards[0].needs_check);
   EXPECT_TRUE(a.shards[1].needs_check);
   EXPECT_FALSE(b.shards[1].needs_check) << "only running jobs";
+}
+
+TEST_F(LivenessTest, AShardBackAtAnotherAddressIsServedFromThere) {
+  Job& job = Running("job-1", 1, 2);
+  for (int64_t id : server_ids_) job.record.add_server_members(id);
+  const int64_t moved_id = server_ids_[1];
+  Check(job, 4000, {server_ids_[0]});  // shard 1's server died
+  EXPECT_TRUE(HasEvent(job, "server_failure"));
+  RegisterRequest r;
+  r.set_role(SERVER);
+  r.set_member_id(moved_id);
+  r.set_address("127.0.0.1:9002");
+  absl::StatusOr<Member> m = members_.Register(r);
+  ASSERT_TRUE(m.ok()) << m.status();
+  {
+    absl::MutexLock l(&table_.mu());
+    CheckShardsServedBy(table_, *m, members_, &writes_);
+  }
+  EXPECT_TRUE(job.shards[1].needs_check);
+  EXPECT_FALSE(job.shards[0].needs_check);
+  EXPECT_EQ(job.record.servers(1), "127.0.0.1:9002");
+  EXPECT_EQ(job.record.server_members(1), moved_id);
+  EXPECT_EQ(job.record.servers(0), "127.0.0.1:7001");
+  EXPECT_TRUE(HasEvent(job, "server_moved"));
+  Check(job, 100, {server_ids_[0], moved_id});
+  EXPECT_TRUE(HasEvent(job, "server_recovered"));
+  EXPECT_EQ(job.record.state(), RUNNING);
+  WorkerAssignment a = Beat(1, "job-1", 3);
+  ASSERT_EQ(a.server_addresses_size(), 2);
+  EXPECT_EQ(a.server_addresses(1), "127.0.0.1:9002");
 }
 
 TEST_F(LivenessTest, SilentWorkersAreEvictedButNotBanned) {
@@ -153,6 +183,26 @@ TEST_F(LivenessTest, SilentWorkersAreEvictedButNotBanned) {
       << job.record.slots(0).left_reason();
   EXPECT_TRUE(job.record.slots(1).active());
   EXPECT_EQ(job.record.state(), RUNNING);
+}
+
+TEST_F(LivenessTest, NobodyIsEvictedWithinARestartGracePeriod) {
+  Job& job = Running("job-1", 2, 1);
+  // A restarted coordinator: 30 s of grace, three times the heartbeat
+  // timeout, and neither worker heard from.
+  options_.grace_until_ms = clock_.NowMs() + 30000;
+  Beat(1, "job-1", 5);
+  Beat(2, "job-1", 5);
+  for (int i = 0; i < 5; ++i) Check(job, 5000, server_ids_);
+  Check(job, 4999, server_ids_);
+  EXPECT_TRUE(job.record.slots(0).active());
+  EXPECT_TRUE(job.record.slots(1).active());
+  // After it, the heartbeat timeout counts from its end.
+  Check(job, 9000, server_ids_);
+  EXPECT_TRUE(job.record.slots(1).active());
+  Check(job, 2000, server_ids_);
+  EXPECT_FALSE(job.record.slots(1).active());
+  EXPECT_NE(job.record.slots(1).left_reason().find("no heartbeat"),
+            std::string::npos);
 }
 
 TEST_F(LivenessTest, ADownShardIsWaitedForThenFailsTheJob) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 namespace ps::coordinator {
 namespace {
@@ -76,14 +77,35 @@ void FillAssignment(const Job& job, const WorkerSlot& slot,
   a->set_incarnation(job.record.incarnation());
 }
 
-bool ShardUp(const Job& job, int shard, const Membership& members) {
-  return members.AliveServerAt(job.record.servers(shard)).has_value();
+namespace {
+
+// The member id shard `shard` was set up on; 0 when the record has none.
+int64_t ShardMember(const JobRecord& r, int shard) {
+  return shard < r.server_members_size() ? r.server_members(shard) : 0;
 }
 
-std::vector<int> ShardsServedBy(const Job& job, const Member& server) {
+}  // namespace
+
+bool ShardUp(const Job& job, int shard, const Membership& members) {
+  const int64_t id = ShardMember(job.record, shard);
+  if (id == 0) {
+    return members.AliveServerAt(job.record.servers(shard)).has_value();
+  }
+  std::optional<Member> m = members.Get(id);
+  return m.has_value() && m->role() == SERVER && m->state() == ALIVE;
+}
+
+std::vector<int> ShardsServedBy(const Job& job, const Member& server,
+                                const Membership& members) {
   std::vector<int> out;
   for (int i = 0; i < job.record.servers_size(); ++i) {
-    if (job.record.servers(i) == server.address()) out.push_back(i);
+    const int64_t id = ShardMember(job.record, i);
+    if (id != 0 && id == server.member_id()) {
+      out.push_back(i);
+    } else if (job.record.servers(i) == server.address() &&
+               (id == 0 || !members.IsAlive(id))) {
+      out.push_back(i);
+    }
   }
   return out;
 }

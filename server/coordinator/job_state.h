@@ -87,13 +87,16 @@ JobRecord Snapshot(const Job& job);
 void FillAssignment(const Job& job, const WorkerSlot& slot,
                     WorkerAssignment* a);
 
-// The job's shards are known by the address each was set up at: shard `i`
-// is up while an ALIVE server is registered at record.servers(i), and a
-// server that registers at that address serves it (a shard that comes back
-// at another address is a new member that no job knows).
+// A job's shard is known by the member id of the server it was set up on
+// (record.server_members), whatever its address: shard `i` is up while that
+// member is ALIVE. (A record without ids, from before they were kept,
+// knows its shards by address: an ALIVE server at record.servers(i).)
 bool ShardUp(const Job& job, int shard, const Membership& members);
-// The indices of the job's shards that `server` serves.
-std::vector<int> ShardsServedBy(const Job& job, const Member& server);
+// The indices of the job's shards that `server` serves: those set up on
+// its member id, and those recorded at its address whose own member is not
+// ALIVE (a server restarted there without its identity).
+std::vector<int> ShardsServedBy(const Job& job, const Member& server,
+                                const Membership& members);
 
 }  // namespace ps::coordinator
 

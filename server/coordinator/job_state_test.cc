@@ -126,13 +126,44 @@ TEST(JobState, ShardsAreKnownByAddress) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_FALSE(ShardUp(job, 0, members));
   EXPECT_TRUE(ShardUp(job, 1, members));
-  EXPECT_EQ(ShardsServedBy(job, *m), std::vector<int>{1});
+  EXPECT_EQ(ShardsServedBy(job, *m, members), std::vector<int>{1});
   clock.AdvanceMs(2000);
   members.DetectDead();
   EXPECT_FALSE(ShardUp(job, 1, members));
   Member elsewhere = *m;
   elsewhere.set_address("127.0.0.1:9999");
-  EXPECT_TRUE(ShardsServedBy(job, elsewhere).empty());
+  EXPECT_TRUE(ShardsServedBy(job, elsewhere, members).empty());
+}
+
+TEST(JobState, ShardsAreKnownByMemberIdWhateverTheirAddress) {
+  FakeClock clock;
+  Membership members(&clock, {.heartbeat_timeout_ms = 1000});
+  Job job;
+  job.record.add_servers("127.0.0.1:7001");
+  job.record.add_servers("127.0.0.1:7002");
+  job.record.add_server_members(11);
+  job.record.add_server_members(12);
+  RegisterRequest r;
+  r.set_role(SERVER);
+  r.set_member_id(12);
+  r.set_address("127.0.0.1:9002");  // shard 1's server, back elsewhere
+  absl::StatusOr<Member> moved = members.Register(r);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_TRUE(ShardUp(job, 1, members));
+  EXPECT_EQ(ShardsServedBy(job, *moved, members), std::vector<int>{1});
+  // A stranger at shard 0's old address serves it while member 11 is not
+  // ALIVE (a server restarted there without its identity), not after.
+  r.set_member_id(0);
+  r.set_address("127.0.0.1:7001");
+  absl::StatusOr<Member> stranger = members.Register(r);
+  ASSERT_TRUE(stranger.ok()) << stranger.status();
+  EXPECT_FALSE(ShardUp(job, 0, members)) << "known by id, not address";
+  EXPECT_EQ(ShardsServedBy(job, *stranger, members), std::vector<int>{0});
+  r.set_member_id(11);
+  r.set_address("127.0.0.1:9001");
+  ASSERT_TRUE(members.Register(r).ok());
+  EXPECT_TRUE(ShardUp(job, 0, members));
+  EXPECT_TRUE(ShardsServedBy(job, *stranger, members).empty());
 }
 
 }  // namespace

@@ -33,6 +33,12 @@ absl::StatusOr<Member> Membership::Register(const RegisterRequest& request) {
   }
   absl::MutexLock l(&mu_);
   int64_t id = request.member_id();
+  // An id held by a member of the other role is not this daemon's (a data
+  // directory or flag from another cluster): it gets a new one.
+  if (auto it = members_.find(id);
+      id != 0 && it != members_.end() && it->second.role() != request.role()) {
+    id = 0;
+  }
   if (id == 0) {
     id = next_id_++;
   } else {

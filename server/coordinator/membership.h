@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "proto/coordinator_service.pb.h"
 #include "common/clock.h"
+#include "proto/coordinator_service.pb.h"
 
 namespace ps::coordinator {
 
@@ -33,8 +33,9 @@ class Membership {
   Membership(const Clock* clock, MembershipOptions options);
 
   // Registers a daemon. A non-zero request.member_id is kept (a restarted
-  // daemon, or one re-registering after a coordinator restart); zero gets a
-  // fresh id. The member is ALIVE from now. Returns the member as stored.
+  // daemon, or one re-registering after a coordinator restart), unless a
+  // member of the other role holds it; zero, or such an id, gets a fresh
+  // one. The member is ALIVE from now. Returns the member as stored.
   // INVALID_ARGUMENT for an unknown role, a server without an address or a
   // negative id.
   absl::StatusOr<Member> Register(const RegisterRequest& request);

@@ -42,6 +42,22 @@ TEST(Membership, NewIdsAreDistinctAndKeptIdsStay) {
   EXPECT_GT(next->member_id(), 42);
 }
 
+TEST(Membership, AnIdOfTheOtherRoleIsNotTaken) {
+  FakeClock clock;
+  Membership m(&clock, {});
+  auto worker = m.Register(Worker());
+  ASSERT_TRUE(worker.ok());
+  // A server with a stale id (another cluster's data directory) that a
+  // worker holds here gets a new one; the worker keeps its own.
+  auto server = m.Register(Server("127.0.0.1:7001", worker->member_id()));
+  ASSERT_TRUE(server.ok());
+  EXPECT_NE(server->member_id(), worker->member_id());
+  EXPECT_EQ(m.Get(worker->member_id())->role(), WORKER);
+  auto again = m.Register(Server("127.0.0.1:7002", server->member_id()));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->member_id(), server->member_id());
+}
+
 TEST(Membership, RejectsBadRegistrations) {
   FakeClock clock;
   Membership m(&clock, {});

@@ -68,8 +68,10 @@ std::optional<Scheduler::Start> Scheduler::Plan(WriteBatch* writes) {
   start.job_id = r.job_id();
   start.spec = r.spec();
   r.clear_servers();
+  r.clear_server_members();
   for (const Member& m : alive_servers) {
     r.add_servers(m.address());
+    r.add_server_members(m.member_id());
     start.servers.push_back(m.address());
   }
   start.workers.assign(idle.begin(), idle.begin() + want);
