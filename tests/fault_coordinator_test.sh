@@ -4,11 +4,24 @@
 # their state and re-register; the job goes on from its record (the
 # "coordinator restarted" event) and SUCCEEDS; no acknowledged job record,
 # event or metric point from before the kill is lost.
+#
+# --new_port (target fault_coordinator_new_port_test): the coordinator is
+# restarted with the command line `psctl cluster up` gave it (--port=0), so
+# it comes back on another port and rewrites the cluster's coordinator file
+# (--coordinator_file); the daemons, which follow that file, find it there,
+# and nobody is evicted (the restarted coordinator's grace period).
 set -euo pipefail
 source "${TEST_SRCDIR}/ps/tests/fault_lib.sh"
+new_port=()
+while (($#)); do
+  case $1 in
+    --new_port) new_port=(--port=0); shift ;;
+    *) fail "unknown argument $1" ;;
+  esac
+done
 
 cflags=(--heartbeat_interval_ms=200 --member_timeout_ms=3000)
-psctl cluster up --servers 1 --workers 2 --device cpu --bin_dir "$R" \
+psctl cluster up --restart no --servers 1 --workers 2 --device cpu --bin_dir "$R" \
   "${cflags[@]/#/--coordinator_flag=}" \
   --worker_flag=--report_every_steps=10 >/dev/null || { dump_logs; exit 1; }
 
@@ -40,8 +53,18 @@ psctl events "$JOB" >"$T/events_before.txt"
 victim=$(pid_of coordinator)
 kill -9 "$victim"
 echo "killed the coordinator (pid $victim); $(grep -c ,train_loss, "$T/before.csv") loss points acknowledged"
+old_addr=$(coordinator_addr)
 sleep 2
-restart_coordinator "${cflags[@]}"
+restart_coordinator "${cflags[@]}" "${new_port[@]}"
+if ((${#new_port[@]})); then
+  for ((i = 0; i < 300; i++)); do
+    [[ $(coordinator_addr 2>/dev/null) != "$old_addr" ]] && break
+    sleep 0.2
+  done
+  [[ $(coordinator_addr) != "$old_addr" ]] ||
+    fail "the coordinator did not come back at another address"
+  echo "coordinator moved from $old_addr to $(coordinator_addr)"
+fi
 # Members re-register.
 end=$((SECONDS + 30)); alive=0
 while ((SECONDS < end)); do
@@ -58,6 +81,10 @@ psctl events "$JOB" | grep -q "coordinator restarted" ||
   fail "no event says the coordinator restarted"
 state=$(wait_end "$JOB" 150) || true
 [[ $state == SUCCEEDED ]] || fail "job ended $state after the coordinator restart"
+if ((${#new_port[@]})); then
+  psctl events "$JOB" | grep -E " evicted" &&
+    fail "a worker was evicted across the coordinator's move"
+fi
 echo "job SUCCEEDED; final accuracy $(final_accuracy "$JOB")"
 # Nothing acknowledged is lost: every earlier metric row and event is still
 # there, and the finished job's record and metrics are unchanged.

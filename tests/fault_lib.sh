@@ -2,7 +2,8 @@
 # Helpers for the fault tests (sourced): a local cluster through psctl, job
 # progress from `psctl status`, events and metrics, and daemons killed with
 # SIGKILL and restarted by hand with the flags `psctl cluster up` gave them
-# (tools/psctl/local_cluster.cc). Every wait is bounded.
+# (tools/psctl/local_cluster.cc; those tests start it with --restart no, so
+# that no supervisor restarts them first). Every wait is bounded.
 R="${TEST_SRCDIR}/ps"
 PSCTL="$R/tools/psctl/psctl"
 RUN="${TEST_TMPDIR}/cluster"
@@ -77,27 +78,30 @@ loss_from_step() {
 submit() { psctl submit "$1" | head -n1; }
 # Starts one more ps_worker by hand, as `psctl cluster up` does.
 start_worker() {
-  "$R/worker/ps_worker" --coordinator="$(coordinator_addr)" \
+  "$R/worker/ps_worker" --coordinator_file="$RUN/coordinator.addr" \
     --token_file="$RUN/token" --cpu_threads=1 --device=cpu --wait_spin_us=0 "$@" \
     >>"$RUN/logs/worker-extra.log" 2>&1 &
   EXTRA_PIDS+=($!)
 }
-# Restarts server-I on its old port and data directory.
+# Restarts server-I on its old port (or on PORT: 0 picks a new one, as
+# `psctl cluster up` does) and data directory.
 restart_server() {
   local name="server-$1" port
-  port=$(port_of "$name")
+  port=${2:-$(port_of "$name")}
   "$R/server/ps_server" --port="$port" \
-    --port_file="$RUN/ports/$name.port" --coordinator="$(coordinator_addr)" \
+    --port_file="$RUN/ports/$name.port" --coordinator_file="$RUN/coordinator.addr" \
     --data_dir="$RUN/data/$name" --token_file="$RUN/token" \
     >>"$RUN/logs/$name.log" 2>&1 &
   echo $! >"$RUN/pids/$name.pid"
 }
-# Restarts the coordinator on its old port and data directory.
+# Restarts the coordinator on its old port (FLAGS may add --port=0 for a
+# new one) and data directory; it rewrites the cluster's coordinator file.
 restart_coordinator() {
   local port
   port=$(port_of coordinator)
   "$R/server/coordinator/coordinator" --port="$port" \
     --port_file="$RUN/ports/coordinator.port" --data_dir="$RUN/data/coordinator" \
+    --coordinator_file="$RUN/coordinator.addr" \
     --token_file="$RUN/token" "$@" >>"$RUN/logs/coordinator.log" 2>&1 &
   echo $! >"$RUN/pids/coordinator.pid"
 }

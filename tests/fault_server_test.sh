@@ -15,13 +15,20 @@
 # rolled back to the same version.
 # --consistency SSP (target fault_server_ssp_test): versions count worker
 # steps, so the workers restart at version / workers.
+# --new_port (target fault_server_new_port_test): the shard is restarted
+# with the command line `psctl cluster up` gave it (--port=0), so it comes
+# back on another port; it registers under the member id kept in its
+# --data_dir, the coordinator moves the shard there (server_moved) and the
+# workers get the new address with the rollback.
 set -euo pipefail
 source "${TEST_SRCDIR}/ps/tests/fault_lib.sh"
 servers=1
 model=BSP
+new_port=""
 while (($#)); do
   case $1 in
     --servers) servers=$2; shift 2 ;;
+    --new_port) new_port=0; shift ;;
     --consistency) model=$2; shift 2 ;;
     *) fail "unknown argument $1" ;;
   esac
@@ -29,7 +36,7 @@ done
 victim_shard=$((servers - 1))
 victim_name=server-$victim_shard
 
-psctl cluster up --servers "$servers" --workers 2 --device cpu --bin_dir "$R" \
+psctl cluster up --restart no --servers "$servers" --workers 2 --device cpu --bin_dir "$R" \
   --coordinator_flag=--heartbeat_interval_ms=200 \
   --coordinator_flag=--member_timeout_ms=3000 \
   --worker_flag=--report_every_steps=10 --worker_flag=--server_retry_s=20 \
@@ -66,8 +73,19 @@ s=$(state_of "$JOB")
 [[ $s == RUNNING ]] || fail "job is $s while the shard is down (want RUNNING)"
 psctl events "$JOB" | grep -Eq "worker_failure|evicted" &&
   fail "a worker gave up while the shard was down"
-restart_server "$victim_shard"
-echo "restarted $victim_name on port $(port_of "$victim_name")"
+old_port=$(port_of "$victim_name")
+restart_server "$victim_shard" $new_port
+if [[ -n $new_port ]]; then
+  for ((i = 0; i < 300; i++)); do
+    [[ $(port_of "$victim_name" 2>/dev/null) != "$old_port" ]] && break
+    sleep 0.2
+  done
+  [[ $(port_of "$victim_name") != "$old_port" ]] ||
+    fail "the restarted shard did not come back on a new port"
+  wait_event "$JOB" "server_moved" 60 || fail "no server_moved event"
+  psctl events "$JOB" | grep -E "server_moved"
+fi
+echo "restarted $victim_name on port $(port_of "$victim_name") (was $old_port)"
 wait_event "$JOB" "server_restored" 60 || fail "no server_restored event"
 psctl events "$JOB" | grep -E "server_restored|server_recovered|server_failure"
 restored=$(psctl events "$JOB" | grep -E "server_restored" | tail -n1)

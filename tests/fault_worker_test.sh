@@ -13,7 +13,7 @@
 set -euo pipefail
 source "${TEST_SRCDIR}/ps/tests/fault_lib.sh"
 
-psctl cluster up --servers 1 --workers 3 --device cpu --bin_dir "$R" \
+psctl cluster up --restart no --servers 1 --workers 3 --device cpu --bin_dir "$R" \
   --coordinator_flag=--heartbeat_interval_ms=200 \
   --coordinator_flag=--member_timeout_ms=3000 \
   --worker_flag=--heartbeat_interval_ms=200 \

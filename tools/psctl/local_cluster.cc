@@ -22,6 +22,7 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
+#include "tools/psctl/supervisor.h"
 
 namespace ps::psctl {
 namespace {
@@ -41,12 +42,6 @@ std::string Trim(std::string s) {
 }
 
 bool Alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
-
-// Reaps our own children that exited, so kill(pid, 0) stops seeing zombies.
-void ReapChildren() {
-  while (waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
-}
 
 absl::StatusOr<std::string> FindBinary(const std::string& bin_dir,
                                        const std::string& name,
@@ -122,7 +117,39 @@ std::string RandomToken() {
   return token;
 }
 
+// Stops the supervisor of run_dir, if one runs, before the daemons it would
+// start again.
+void StopSupervisor(const std::string& run_dir, absl::Duration grace) {
+  const fs::path file = fs::path(run_dir) / "supervisor.pid";
+  const int pid = ReadPid(file);
+  if (Alive(pid)) {
+    kill(pid, SIGTERM);
+    const absl::Time deadline = absl::Now() + grace;
+    while (Alive(pid) && absl::Now() < deadline) {
+      ReapChildren();
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    if (Alive(pid)) kill(pid, SIGKILL);
+    ReapChildren();
+  }
+  std::error_code ec;
+  fs::remove(file, ec);
+}
+
 }  // namespace
+
+void ReapChildren() {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+absl::StatusOr<int> StartDaemon(const std::string& run_dir,
+                                const std::string& name,
+                                const std::vector<std::string>& argv) {
+  PS_RETURN_IF_ERROR(SaveCommand(run_dir, name, argv));
+  return Spawn(argv, absl::StrCat(run_dir, "/logs/", name, ".log"),
+               absl::StrCat(run_dir, "/pids/", name, ".pid"));
+}
 
 std::string DefaultBinDir() {
   std::error_code ec;
@@ -168,6 +195,7 @@ std::vector<ProcessInfo> ClusterProcesses(const std::string& run_dir) {
 
 absl::StatusOr<std::vector<std::string>> ClusterDown(const std::string& run_dir,
                                                      absl::Duration grace) {
+  StopSupervisor(run_dir, grace);
   std::vector<ProcessInfo> procs = ClusterProcesses(run_dir);
   // Workers first, then servers, then the coordinator: nobody is left
   // retrying against a peer that is already gone.
@@ -254,14 +282,19 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
   const absl::Time deadline = absl::Now() + o.start_timeout;
   auto start = [&](const std::string& name,
                    std::vector<std::string> argv) -> absl::StatusOr<int> {
-    const std::string log = absl::StrCat(o.run_dir, "/logs/", name, ".log");
-    return Spawn(argv, log, absl::StrCat(o.run_dir, "/pids/", name, ".pid"));
+    return StartDaemon(o.run_dir, name, argv);
   };
 
   // Coordinator first: everyone else needs its address.
+  // Daemons follow the coordinator through its file, which it rewrites
+  // when it comes back on another port.
   const std::string coord_port_file = o.run_dir + "/ports/coordinator.port";
+  const std::string coord_file = o.run_dir + "/coordinator.addr";
   std::vector<std::string> argv = {
-      coordinator_bin, "--port=0", "--port_file=" + coord_port_file,
+      coordinator_bin,
+      "--port=0",
+      "--port_file=" + coord_port_file,
+      "--coordinator_file=" + coord_file,
       "--data_dir=" + o.run_dir + "/data/coordinator",
       "--token_file=" + token_file};
   argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
@@ -273,14 +306,14 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
       coord_port_file, *pid, o.run_dir + "/logs/coordinator.log", deadline);
   if (!port.ok()) return fail(Annotate(port.status(), "coordinator"));
   const std::string address = "127.0.0.1:" + Trim(*port);
-  std::ofstream(o.run_dir + "/coordinator.addr") << address << "\n";
+  std::ofstream(coord_file) << address << "\n";
 
   for (int i = 0; i < o.servers; ++i) {
     const std::string name = absl::StrCat("server-", i);
     argv = {server_bin,
             "--port=0",
             absl::StrCat("--port_file=", o.run_dir, "/ports/", name, ".port"),
-            "--coordinator=" + address,
+            "--coordinator_file=" + coord_file,
             absl::StrCat("--data_dir=", o.run_dir, "/data/", name),
             "--token_file=" + token_file};
     argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
@@ -296,7 +329,7 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
   const bool oversubscribed = o.servers + o.workers > CpuCores();
   for (int i = 0; i < o.workers; ++i) {
     const std::string name = absl::StrCat("worker-", i);
-    argv = {worker_bin, "--coordinator=" + address,
+    argv = {worker_bin, "--coordinator_file=" + coord_file,
             "--token_file=" + token_file,
             absl::StrCat("--cpu_threads=", o.cpu_threads)};
     if (!o.device.empty()) argv.push_back("--device=" + o.device);
@@ -335,7 +368,20 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
         servers += m.role() == SERVER;
         workers += m.role() == WORKER;
       }
-      if (servers >= o.servers && workers >= o.workers) return address;
+      if (servers >= o.servers && workers >= o.workers) {
+        if (o.supervise) {
+          const std::string self =
+              o.psctl_binary.empty()
+                  ? fs::read_symlink("/proc/self/exe", ec).string()
+                  : o.psctl_binary;
+          absl::StatusOr<int> pid =
+              Spawn({self, "--run_dir", o.run_dir, "cluster", "supervise"},
+                    o.run_dir + "/logs/supervisor.log",
+                    o.run_dir + "/supervisor.pid");
+          if (!pid.ok()) return fail(Annotate(pid.status(), "supervisor"));
+        }
+        return address;
+      }
     }
     absl::SleepFor(absl::Milliseconds(100));
   }

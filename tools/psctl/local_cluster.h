@@ -5,6 +5,8 @@
 //   <run_dir>/token              the cluster token (mode 0600)
 //   <run_dir>/pids/<name>.pid, <run_dir>/logs/<name>.log,
 //   <run_dir>/ports/<name>.port, <run_dir>/data/<name>/
+//   <run_dir>/cmd/<name>         the daemon's command line (supervisor.h)
+//   <run_dir>/supervisor.pid, <run_dir>/events.log   with --restart
 #ifndef PS_TOOLS_PSCTL_LOCAL_CLUSTER_H_
 #define PS_TOOLS_PSCTL_LOCAL_CLUSTER_H_
 
@@ -34,6 +36,11 @@ struct LocalClusterOptions {
   // for psctl's own start-up wait; off when empty. One certificate serves as
   // both server and client identity on this machine.
   TlsOptions tls;
+  // Start `psctl cluster supervise` (supervisor.h), which starts a daemon
+  // that died again ("--restart on-failure"); `psctl` is this binary
+  // (default: /proc/self/exe).
+  bool supervise = true;
+  std::string psctl_binary;
 };
 
 struct ProcessInfo {
@@ -49,10 +56,21 @@ struct ProcessInfo {
 // and says which daemon failed and where its log is.
 absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& options);
 
-// SIGTERM to every daemon of run_dir, SIGKILL after `grace`; idempotent.
+// Stops the supervisor, then SIGTERM to every daemon of run_dir, SIGKILL
+// after `grace`; idempotent.
 // Returns the names of the processes that were stopped.
 absl::StatusOr<std::vector<std::string>> ClusterDown(
     const std::string& run_dir, absl::Duration grace = absl::Seconds(10));
+
+// Starts daemon `name` of run_dir detached, with its log and pid files, and
+// records its command line; the pid.
+absl::StatusOr<int> StartDaemon(const std::string& run_dir,
+                                const std::string& name,
+                                const std::vector<std::string>& argv);
+
+// Reaps this process's children that exited (so that they stop looking
+// alive).
+void ReapChildren();
 
 // The daemons recorded in run_dir and whether each process is alive.
 std::vector<ProcessInfo> ClusterProcesses(const std::string& run_dir);

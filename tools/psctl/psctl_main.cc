@@ -9,9 +9,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +24,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
+#include "common/coordinator_address.h"
+#include "common/file_system.h"
 #include "common/job_metric.h"
 #include "common/rpc.h"
 #include "common/status.h"
@@ -29,6 +34,7 @@
 #include "tools/psctl/deploy.h"
 #include "tools/psctl/local_cluster.h"
 #include "tools/psctl/report.h"
+#include "tools/psctl/supervisor.h"
 
 namespace ps::psctl {
 namespace {
@@ -63,8 +69,24 @@ int Fail(const absl::Status& s) {
   return ExitFor(s);
 }
 
+std::atomic<bool> g_stop_supervisor{false};
+void StopSupervisorOnSignal(int) { g_stop_supervisor = true; }
+
+// `psctl cluster supervise`: runs until SIGTERM (`psctl cluster down`).
+int RunSupervisor(const std::string& run_dir) {
+  std::signal(SIGTERM, StopSupervisorOnSignal);
+  std::signal(SIGINT, StopSupervisorOnSignal);
+  SupervisorOptions options;
+  options.run_dir = run_dir;
+  std::printf("supervising the daemons of %s\n", run_dir.c_str());
+  std::fflush(stdout);
+  Supervise(options, g_stop_supervisor);
+  return 0;
+}
+
 struct Globals {
   std::string coordinator;
+  std::string coordinator_file;
   std::string run_dir = "/tmp/ps-cluster";
   std::string token_file;
   double timeout_s = 10;
@@ -72,12 +94,17 @@ struct Globals {
 };
 
 // A connection to the coordinator: the address comes from --coordinator,
-// else $PS_COORDINATOR, else the local cluster's run directory; the token
+// else the file named by --coordinator_file, else $PS_COORDINATOR, else the
+// local cluster's run directory (its coordinator file); the token
 // from --token_file, else $PS_TOKEN, else the run directory's token file.
 class Client {
  public:
   static absl::StatusOr<Client> Connect(const Globals& g) {
     std::string address = g.coordinator;
+    if (address.empty() && !g.coordinator_file.empty()) {
+      PS_ASSIGN_OR_RETURN(address, ReadCoordinatorFile(FileSystem::Posix(),
+                                                       g.coordinator_file));
+    }
     if (address.empty()) {
       if (const char* env = std::getenv("PS_COORDINATOR")) address = env;
     }
@@ -318,8 +345,12 @@ int Main(int argc, char** argv) {
   app.require_subcommand(1);
   Globals g;
   app.add_option("--coordinator", g.coordinator,
-                 "Coordinator host:port (default: $PS_COORDINATOR, else the "
-                 "local cluster in --run_dir)");
+                 "Coordinator host:port (default: --coordinator_file, else "
+                 "$PS_COORDINATOR, else the local cluster in --run_dir)");
+  app.add_option("--coordinator_file", g.coordinator_file,
+                 "File holding the coordinator's host:port (the "
+                 "coordinator's own --coordinator_file; read at each "
+                 "command, so a coordinator that moved is found)");
   app.add_option("--run_dir", g.run_dir,
                  "Local cluster directory (pids, logs, ports, token)")
       ->capture_default_str();
@@ -365,7 +396,18 @@ int Main(int argc, char** argv) {
                  "Extra flag for every server (repeatable)");
   up->add_option("--coordinator_flag", coordinator_flags,
                  "Extra flag for the coordinator (repeatable)");
+  std::string restart = "on-failure";
+  up->add_option("--restart", restart,
+                 "on-failure: a supervisor starts a daemon that died again, "
+                 "with its identity and data directory, with backoff "
+                 "(events in <run_dir>/events.log); no: it stays down")
+      ->check(CLI::IsMember({"on-failure", "no"}))
+      ->capture_default_str();
   CLI::App* down = cluster->add_subcommand("down", "Stop the local cluster");
+  // Started by `cluster up`; not for users.
+  CLI::App* supervise = cluster->add_subcommand(
+      "supervise", "Restart the local cluster's daemons that die");
+  supervise->group("");
   CLI::App* cstatus = cluster->add_subcommand(
       "status",
       "Members and their health (workers: BLAS core and GEMM probe), and "
@@ -445,6 +487,7 @@ int Main(int argc, char** argv) {
     up_opts.worker_flags = worker_flags;
     up_opts.server_flags = server_flags;
     up_opts.coordinator_flags = coordinator_flags;
+    up_opts.supervise = restart == "on-failure";
     std::printf("starting %d servers and %d workers in %s ...\n",
                 up_opts.servers, up_opts.workers, g.run_dir.c_str());
     absl::StatusOr<std::string> addr = ClusterUp(up_opts);
@@ -453,6 +496,7 @@ int Main(int argc, char** argv) {
                 g.run_dir.c_str());
     return kOk;
   }
+  if (*supervise) return RunSupervisor(g.run_dir);
   if (*down) {
     absl::StatusOr<std::vector<std::string>> stopped = ClusterDown(g.run_dir);
     if (!stopped.ok()) return Fail(stopped.status());
@@ -462,10 +506,14 @@ int Main(int argc, char** argv) {
   if (*cstatus) {
     const auto procs = ClusterProcesses(g.run_dir);
     if (!procs.empty()) {
-      std::printf("%-14s %8s %-6s %s\n", "process", "pid", "state", "log");
+      const std::map<std::string, int> restarts = RestartCounts(g.run_dir);
+      std::printf("%-14s %8s %-6s %8s %s\n", "process", "pid", "state",
+                  "restarts", "log");
       for (const ProcessInfo& p : procs) {
-        std::printf("%-14s %8d %-6s %s\n", p.name.c_str(), p.pid,
-                    p.alive ? "up" : "DOWN", p.log.c_str());
+        auto r = restarts.find(p.name);
+        std::printf("%-14s %8d %-6s %8d %s\n", p.name.c_str(), p.pid,
+                    p.alive ? "up" : "DOWN",
+                    r == restarts.end() ? 0 : r->second, p.log.c_str());
       }
       std::printf("\n");
     }
