@@ -1,5 +1,7 @@
 #include "common/coordinator_address.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -8,6 +10,21 @@
 #include "common/status.h"
 
 namespace ps {
+
+std::string AdvertisedAddress(const std::string& advertise,
+                              const std::string& host, int port) {
+  if (!advertise.empty()) {
+    if (absl::StrContains(advertise, ':')) return advertise;
+    return absl::StrCat(advertise, ":", port);
+  }
+  std::string h = host;
+  if (h == "0.0.0.0" || h == "::" || h == "[::]") {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    h = name;
+  }
+  return absl::StrCat(h, ":", port);
+}
 
 absl::Status PublishCoordinatorAddress(FileSystem* fs, const std::string& file,
                                        const std::string& address) {

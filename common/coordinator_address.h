@@ -20,6 +20,12 @@
 
 namespace ps {
 
+// The host:port a daemon listening on `host`:`port` gives others: `advertise`
+// when it is host:port, `advertise`:`port` when it is a host alone, else
+// `host`:`port` (this machine's hostname for a wildcard host).
+std::string AdvertisedAddress(const std::string& advertise,
+                              const std::string& host, int port);
+
 // The coordinator's side: writes `address` (host:port) to `file` atomically
 // (a reader sees the old address or the new one, never part of either).
 absl::Status PublishCoordinatorAddress(FileSystem* fs, const std::string& file,

@@ -87,5 +87,14 @@ TEST_F(CoordinatorAddressTest, TheFileIsFollowedWhenItChanges) {
   EXPECT_EQ((*c)->address(), "127.0.0.1:2000");
 }
 
+TEST(AdvertisedAddress, FlagHostOrListeningAddress) {
+  EXPECT_EQ(AdvertisedAddress("node7:7000", "0.0.0.0", 4242), "node7:7000");
+  EXPECT_EQ(AdvertisedAddress("node7", "0.0.0.0", 4242), "node7:4242");
+  EXPECT_EQ(AdvertisedAddress("", "127.0.0.1", 4242), "127.0.0.1:4242");
+  const std::string wildcard = AdvertisedAddress("", "0.0.0.0", 4242);
+  EXPECT_NE(wildcard.rfind(":4242"), std::string::npos);
+  EXPECT_NE(wildcard.substr(0, 7), "0.0.0.0") << "the hostname instead";
+}
+
 }  // namespace
 }  // namespace ps

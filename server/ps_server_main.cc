@@ -174,6 +174,24 @@ void CoordinatorLoop(CoordinatorConnection* coordinator,
   }
 }
 
+// --member_id, else the id kept in --data_dir (0: none yet).
+absl::StatusOr<int64_t> InitialMemberId() {
+  if (const int64_t id = absl::GetFlag(FLAGS_member_id); id != 0) return id;
+  return LoadMemberId(FileSystem::Posix(), absl::GetFlag(FLAGS_data_dir));
+}
+
+// The coordinator named by --coordinator or --coordinator_file; nullptr
+// when neither is given (no registration).
+absl::StatusOr<std::unique_ptr<CoordinatorConnection>> CoordinatorFromFlags(
+    const TlsOptions& tls) {
+  const std::string address = absl::GetFlag(FLAGS_coordinator);
+  const std::string file = absl::GetFlag(FLAGS_coordinator_file);
+  if (address.empty() && file.empty()) return nullptr;
+  ChannelOptions options;
+  options.tls = tls;
+  return CoordinatorConnection::Create(address, file, options);
+}
+
 int Run() {
   absl::StatusOr<std::string> token = ReadClusterToken(
       absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
@@ -181,15 +199,10 @@ int Run() {
     Log(token.status().ToString());
     return 2;
   }
-  int64_t member_id = absl::GetFlag(FLAGS_member_id);
-  if (member_id == 0) {
-    absl::StatusOr<int64_t> kept =
-        LoadMemberId(FileSystem::Posix(), absl::GetFlag(FLAGS_data_dir));
-    if (!kept.ok()) {
-      Log(kept.status().ToString());
-      return 2;
-    }
-    member_id = *kept;
+  absl::StatusOr<int64_t> member_id = InitialMemberId();
+  if (!member_id.ok()) {
+    Log(member_id.status().ToString());
+    return 2;
   }
   TlsOptions tls;
   tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
@@ -296,31 +309,17 @@ int Run() {
     }
   });
   std::thread coordinator_thread;
-  std::unique_ptr<CoordinatorConnection> coordinator;
-  if (const std::string coord = absl::GetFlag(FLAGS_coordinator),
-      coord_file = absl::GetFlag(FLAGS_coordinator_file);
-      !coord.empty() || !coord_file.empty()) {
-    std::string advertise = absl::GetFlag(FLAGS_advertise_address);
-    if (advertise.empty()) {
-      std::string h = host;
-      if (h == "0.0.0.0" || h == "::" || h == "[::]") {
-        char name[256] = {0};
-        gethostname(name, sizeof(name) - 1);
-        h = name;
-      }
-      advertise = absl::StrCat(h, ":", port);
-    }
-    ChannelOptions copts;
-    copts.tls = tls;
-    absl::StatusOr<std::unique_ptr<CoordinatorConnection>> c =
-        CoordinatorConnection::Create(coord, coord_file, copts);
-    if (!c.ok()) {
-      Log(c.status().ToString());
-      return 2;
-    }
-    coordinator = std::move(*c);
-    coordinator_thread = std::thread(CoordinatorLoop, coordinator.get(),
-                                     advertise, *token, member_id, &stop);
+  absl::StatusOr<std::unique_ptr<CoordinatorConnection>> coordinator =
+      CoordinatorFromFlags(tls);
+  if (!coordinator.ok()) {
+    Log(coordinator.status().ToString());
+    return 2;
+  }
+  if (*coordinator != nullptr) {
+    coordinator_thread = std::thread(
+        CoordinatorLoop, coordinator->get(),
+        AdvertisedAddress(absl::GetFlag(FLAGS_advertise_address), host, port),
+        *token, *member_id, &stop);
   }
 
   stop.WaitForNotification();

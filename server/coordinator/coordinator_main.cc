@@ -85,6 +85,15 @@ ABSL_FLAG(std::string, tls_ca, "",
 namespace ps::coordinator {
 namespace {
 
+// Writes this coordinator's address to --coordinator_file, if one is set.
+absl::Status PublishAddress(const std::string& host, int port) {
+  const std::string file = absl::GetFlag(FLAGS_coordinator_file);
+  if (file.empty()) return absl::OkStatus();
+  return PublishCoordinatorAddress(
+      FileSystem::Posix(), file,
+      AdvertisedAddress(absl::GetFlag(FLAGS_advertise_address), host, port));
+}
+
 int Run() {
   // SIGTERM / SIGINT are taken synchronously by the main thread; every
   // thread started below inherits the mask.
@@ -195,27 +204,9 @@ int Run() {
       return 1;
     }
   }
-  if (const std::string file = absl::GetFlag(FLAGS_coordinator_file);
-      !file.empty()) {
-    std::string advertise = absl::GetFlag(FLAGS_advertise_address);
-    if (advertise.empty()) {
-      std::string h = host;
-      if (h == "0.0.0.0" || h == "::" || h == "[::]") {
-        char name[256] = {0};
-        gethostname(name, sizeof(name) - 1);
-        h = name;
-      }
-      advertise = absl::StrCat(h, ":", port);
-    } else if (advertise.find(':') == std::string::npos) {
-      advertise = absl::StrCat(advertise, ":", port);
-    }
-    if (absl::Status s =
-            PublishCoordinatorAddress(FileSystem::Posix(), file, advertise);
-        !s.ok()) {
-      std::fprintf(stderr, "coordinator: %s\n",
-                   std::string(s.message()).c_str());
-      return 1;
-    }
+  if (absl::Status s = PublishAddress(host, port); !s.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(s.message()).c_str());
+    return 1;
   }
   std::printf("coordinator listening on %s:%d (data dir %s)\n", host.c_str(),
               port, data_dir.c_str());

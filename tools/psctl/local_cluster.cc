@@ -136,6 +136,18 @@ void StopSupervisor(const std::string& run_dir, absl::Duration grace) {
   fs::remove(file, ec);
 }
 
+// Starts `psctl cluster supervise` for the cluster of `o` (supervisor.h).
+absl::Status StartSupervisor(const LocalClusterOptions& o) {
+  std::error_code ec;
+  const std::string self = o.psctl_binary.empty()
+                               ? fs::read_symlink("/proc/self/exe", ec).string()
+                               : o.psctl_binary;
+  absl::StatusOr<int> pid =
+      Spawn({self, "--run_dir", o.run_dir, "cluster", "supervise"},
+            o.run_dir + "/logs/supervisor.log", o.run_dir + "/supervisor.pid");
+  return Annotate(pid.status(), "supervisor");
+}
+
 }  // namespace
 
 void ReapChildren() {
@@ -285,9 +297,7 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
     return StartDaemon(o.run_dir, name, argv);
   };
 
-  // Coordinator first: everyone else needs its address.
-  // Daemons follow the coordinator through its file, which it rewrites
-  // when it comes back on another port.
+  // Coordinator first; everyone follows its file (rewritten if it moves).
   const std::string coord_port_file = o.run_dir + "/ports/coordinator.port";
   const std::string coord_file = o.run_dir + "/coordinator.addr";
   std::vector<std::string> argv = {
@@ -369,17 +379,8 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
         workers += m.role() == WORKER;
       }
       if (servers >= o.servers && workers >= o.workers) {
-        if (o.supervise) {
-          const std::string self =
-              o.psctl_binary.empty()
-                  ? fs::read_symlink("/proc/self/exe", ec).string()
-                  : o.psctl_binary;
-          absl::StatusOr<int> pid =
-              Spawn({self, "--run_dir", o.run_dir, "cluster", "supervise"},
-                    o.run_dir + "/logs/supervisor.log",
-                    o.run_dir + "/supervisor.pid");
-          if (!pid.ok()) return fail(Annotate(pid.status(), "supervisor"));
-        }
+        absl::Status s = o.supervise ? StartSupervisor(o) : absl::OkStatus();
+        if (!s.ok()) return fail(s);
         return address;
       }
     }
