@@ -53,7 +53,7 @@ declare -A srcs=(
   [criteo_reader]="$text_reader worker/data/criteo_format.cc"
   [libsvm_reader]="$text_reader worker/data/libsvm_format.cc"
   [movielens_reader]="$text_reader worker/data/movielens_format.cc"
-  [config]="common/config.cc common/job_metric.cc common/config_sparse.cc common/config_violations.cc common/model.cc common/file_system.cc common/status.cc $gen/proto/config.pb.cc"
+  [config]="common/config.cc common/job_metric.cc common/config_sparse.cc common/config_violations.cc common/model.cc common/model_graph.cc common/model_graph_rules.cc common/file_system.cc common/status.cc $gen/proto/config.pb.cc"
   [payload_codec]="common/payload_codec.cc common/sparse_rows.cc common/status.cc $gen/proto/config.pb.cc $gen/proto/parameter_service.pb.cc"
 )
 declare -A extra=([idx_reader]="-lz" [config]="" [payload_codec]=""
