@@ -68,7 +68,8 @@ void CheckLayerModel(const JobSpec& spec, Violations& v) {
       ResolveModelGraph(model, SparseTablesOf(model), &issues);
   for (const ModelIssue& issue : issues) {
     std::vector<PathElem> path = {{"model"}};
-    for (const FieldStep& s : issue.path) path.push_back({s.field.c_str(), s.index});
+    for (const FieldStep& s : issue.path)
+      path.push_back({s.field.c_str(), s.index});
     v.Add(path, issue.message);
   }
   const HeadSpec::Loss fits = LossForLabels(spec.data());

@@ -90,9 +90,8 @@ TEST(DataPlan, CutKeepsWhatCameBeforeTheClock) {
 TEST(DataPlan, OnlyTheTailOfAShardIsTakenBack) {
   // Shard 1's runs: one in the middle (kept: taking it would move shard
   // 2's batches to other clocks) and the last two.
-  DataPlan plan =
-      Plan({Seg(0, 0), Seg(1, 0, 10), Seg(2, 0, 10), Seg(1, 40, 60),
-            Seg(1, 80)});
+  DataPlan plan = Plan(
+      {Seg(0, 0), Seg(1, 0, 10), Seg(2, 0, 10), Seg(1, 40, 60), Seg(1, 80)});
   // Clocks: shard 0 0-99, shard 1 100-109, shard 2 110-119, shard 1
   // 120-139 and 140-159.
   EXPECT_EQ(Str(CutShardTail(0, &plan, 1, 130, kSteps)),
@@ -104,8 +103,7 @@ TEST(DataPlan, OnlyTheTailOfAShardIsTakenBack) {
       << "shard 2 is not at the tail";
   EXPECT_TRUE(CutShardTail(0, &plan, 1, 130, kSteps).empty())
       << "nothing of shard 1 left after clock 130";
-  EXPECT_EQ(Str(CutShardTail(0, &plan, 1, 0, kSteps)),
-            "shard 1 batches 40-49");
+  EXPECT_EQ(Str(CutShardTail(0, &plan, 1, 0, kSteps)), "shard 1 batches 40-49");
 }
 
 TEST(DataPlan, SplitsIntoNearlyEqualConsecutivePieces) {

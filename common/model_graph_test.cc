@@ -469,9 +469,21 @@ TEST(ModelGraph, SparseTablesComeFromTheSpec) {
         sparse_tables { name: "items" dim: 8 }
         inputs { name: "user" }
         inputs { name: "item" }
-        layers { name: "u" inputs: "user" embedding_bag { table: "users" } }
-        layers { name: "v" inputs: "item" embedding_bag { table: "items" } }
-        layers { name: "r" inputs: [ "u", "v" ] dot {} }
+        layers {
+          name: "u"
+          inputs: "user"
+          embedding_bag { table: "users" }
+        }
+        layers {
+          name: "v"
+          inputs: "item"
+          embedding_bag { table: "items" }
+        }
+        layers {
+          name: "r"
+          inputs: [ "u", "v" ]
+          dot {}
+        }
         head { loss: MEAN_SQUARED_ERROR }
       )pb",
       &m));

@@ -51,9 +51,8 @@ TEST(DenseBenchSpec, FourEqualTensorsOrOneForTinyModels) {
     int tensors;
     int64_t elements_each;
   };
-  for (const Case& c : std::vector<Case>{{4 << 10, 1, 1024},
-                                         {1 << 20, 4, 65536},
-                                         {64 << 20, 4, 4 << 20}}) {
+  for (const Case& c : std::vector<Case>{
+           {4 << 10, 1, 1024}, {1 << 20, 4, 65536}, {64 << 20, 4, 4 << 20}}) {
     const JobSpec spec = DenseBenchSpec(c.bytes, 2);
     EXPECT_EQ(spec.num_workers(), 2);
     EXPECT_EQ(spec.consistency().model(), ConsistencySpec::ASP);
