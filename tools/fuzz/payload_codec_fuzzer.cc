@@ -156,45 +156,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       __builtin_trap();
     }
   }
-  {
-    ps::DecodedMessage out;
-    std::vector<uint64_t> scratch;
-    DecodeSparse<ps::PushRequest>(buffer, ps::kPushRequestFields,
-                                  ps::SparseRowsUse::kPush, &out, &scratch);
-    DecodeSparse<ps::PullRequest>(buffer, ps::kPullRequestFields,
-                                  ps::SparseRowsUse::kPullRequest, &out,
-                                  &scratch);
-    DecodeSparse<ps::PullResponse>(buffer, ps::kPullResponseFields,
-                                   ps::SparseRowsUse::kAnswer, &out, &scratch);
-    DecodeSparse<ps::PushResponse>(buffer, ps::kPushResponseFields,
-                                   ps::SparseRowsUse::kAnswer, &out, &scratch);
-  }
-  {
-    ps::PushRequest header;
-    std::vector<grpc::Slice> held;
-    std::vector<uint64_t> scratch;
-    ps::PayloadHandlers handlers;
-    handlers.on_sparse = [](const ps::SparseRowsView& s,
-                            absl::Span<const absl::string_view> segments) {
-      size_t total = 0;
-      for (absl::string_view seg : segments) total += seg.size();
-      const size_t size = static_cast<size_t>(ps::DTypeSize(s.dtype));
-      if (total != 0 &&
-          (size == 0 || s.dim <= 0 ||
-           total != static_cast<size_t>(s.num_rows) * s.dim * size)) {
-        return absl::InternalError("row segments do not add up");
-      }
-      if (!s.keys.empty() &&
-          reinterpret_cast<uintptr_t>(s.keys.data()) % alignof(uint64_t) != 0) {
-        return absl::InternalError("unaligned keys");
-      }
-      return absl::OkStatus();
-    };
-    if (ps::DecodeSegmented(buffer, ps::kPushRequestFields, &header, &held,
-                            &scratch, handlers)
-            .code() == absl::StatusCode::kInternal) {
-      __builtin_trap();
-    }
-  }
   return 0;
 }
