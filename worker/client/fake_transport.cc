@@ -48,9 +48,10 @@ FakeTransport::~FakeTransport() {
   EXPECT_TRUE(waiting_.empty()) << waiting_.size() << " attempts unanswered";
 }
 
-grpc::ByteBuffer FakeTransport::Encode(
-    const google::protobuf::MessageLite& header, int chunks_field,
-    const std::vector<FakeChunk>& chunks) {
+namespace {
+
+// The fake's chunks as the codec's, each in a slice of its own.
+std::vector<ChunkOut> ChunksOut(const std::vector<FakeChunk>& chunks) {
   std::vector<ChunkOut> out;
   for (const FakeChunk& c : chunks) {
     ChunkOut o;
@@ -62,24 +63,22 @@ grpc::ByteBuffer FakeTransport::Encode(
     std::copy(c.data.begin(), c.data.end(), data);
     out.push_back(std::move(o));
   }
-  return EncodeWithPayloads(header, chunks_field, out);
+  return out;
+}
+
+}  // namespace
+
+grpc::ByteBuffer FakeTransport::Encode(
+    const google::protobuf::MessageLite& header, int chunks_field,
+    const std::vector<FakeChunk>& chunks) {
+  return EncodeWithPayloads(header, chunks_field, ChunksOut(chunks));
 }
 
 grpc::ByteBuffer FakeTransport::EncodeSparse(
     const google::protobuf::MessageLite& header, PayloadFields fields,
     const std::vector<FakeSparse>& sparse,
     const std::vector<FakeChunk>& chunks) {
-  std::vector<ChunkOut> chunks_out;
-  for (const FakeChunk& c : chunks) {
-    ChunkOut o;
-    o.chunk_id = c.chunk_id;
-    o.dtype = c.dtype;
-    o.num_elements = c.num_elements;
-    char* data = nullptr;
-    o.data = AllocateSlice(c.data.size(), &data);
-    std::copy(c.data.begin(), c.data.end(), data);
-    chunks_out.push_back(std::move(o));
-  }
+  std::vector<ChunkOut> chunks_out = ChunksOut(chunks);
   std::vector<SparseRowsOut> out;
   for (const FakeSparse& f : sparse) {
     SparseRowsOut o;
