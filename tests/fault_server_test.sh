@@ -57,11 +57,14 @@ EOT
 JOB=$(submit "$T/job.pbtxt")
 wait_step "$JOB" 100 120 || fail "job did not reach step 100"
 # Kill only once the shard has written a checkpoint (the writes can lag the
-# every_versions cadence on a busy machine).
+# every_versions cadence on a busy machine). Checkpoint files only: the data
+# directory also holds the shard's member_id file from its first start.
 for ((i = 0; i < 300; i++)); do
-  [[ -n $(find "$RUN/data/$victim_name" -type f 2>/dev/null | head -n 1) ]] && break
+  [[ -n $(find "$RUN/data/$victim_name" -name '*.psckpt' 2>/dev/null | head -n 1) ]] && break
   sleep 0.2
 done
+[[ -n $(find "$RUN/data/$victim_name" -name '*.psckpt' 2>/dev/null | head -n 1) ]] ||
+  fail "$victim_name wrote no checkpoint in 60 s"
 victim=$(pid_of "$victim_name")
 kill -9 "$victim"
 step_kill=$(step_of "$JOB")
