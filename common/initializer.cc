@@ -41,6 +41,59 @@ double StandardNormal(uint64_t key, int64_t index) {
 
 }  // namespace
 
+uint64_t SparseRowSeed(uint64_t seed, const std::string& table_name) {
+  // Another derivation than the dense tensors' (SplitMix64(seed) ^ name):
+  // a table and a tensor never share names, but keep them apart anyway.
+  return SplitMix64(SplitMix64(seed) ^ HashName(table_name) ^ 0x5A17E5EEDull);
+}
+
+absl::Status InitializeSparseRowSeeded(const SparseTableSpec& table,
+                                       uint64_t row_seed, uint64_t key,
+                                       absl::Span<float> out) {
+  if (static_cast<int64_t>(out.size()) != table.dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initializer: row of ", out.size(), " values for table '",
+                     table.name(), "' of dim ", table.dim()));
+  }
+  const InitializerSpec& init = table.init();
+  double scale = init.scale();
+  if (scale == 0 && table.dim() > 0) scale = 1.0 / std::sqrt(table.dim());
+  // Each key has its own stream: the element index is the counter.
+  const uint64_t row_key = SplitMix64(row_seed ^ SplitMix64(key));
+  switch (init.kind()) {
+    case InitializerSpec::ZEROS:
+      for (float& v : out) v = 0.0f;
+      return absl::OkStatus();
+    case InitializerSpec::CONSTANT:
+      for (float& v : out) v = init.value();
+      return absl::OkStatus();
+    case InitializerSpec::KIND_UNSPECIFIED:
+    case InitializerSpec::UNIFORM:
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] =
+            static_cast<float>(scale * (2.0 * Uniform01(row_key, 2 * i) - 1.0));
+      }
+      return absl::OkStatus();
+    case InitializerSpec::NORMAL:
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = static_cast<float>(
+            scale * StandardNormal(row_key, static_cast<int64_t>(i)));
+      }
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("initializer: kind ", static_cast<int>(init.kind()),
+                       " does not apply to sparse table '", table.name(),
+                       "' (ZEROS, CONSTANT, UNIFORM or NORMAL)"));
+  }
+}
+
+absl::Status InitializeSparseRow(const SparseTableSpec& table, uint64_t seed,
+                                 uint64_t key, absl::Span<float> out) {
+  return InitializeSparseRowSeeded(table, SparseRowSeed(seed, table.name()),
+                                   key, out);
+}
+
 absl::Status InitializeRange(const TensorSpec& tensor, uint64_t seed,
                              int64_t offset, absl::Span<float> out) {
   const int64_t n = NumElements(tensor);

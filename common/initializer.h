@@ -6,6 +6,7 @@
 #define PS_COMMON_INITIALIZER_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -19,6 +20,23 @@ namespace ps {
 // a range outside the tensor.
 absl::Status InitializeRange(const TensorSpec& tensor, uint64_t seed,
                              int64_t offset, absl::Span<float> out);
+
+// Writes the initial row of `key` in sparse table `table` (out.size() must be
+// table.dim()): element i depends only on (seed, table name, key, i), so a
+// row is the same on any number of shards and after any eviction. Kinds
+// ZEROS, CONSTANT (value), UNIFORM (U(-s, s)) and NORMAL (N(0, s^2)), s being
+// init.scale() or, when 0, 1/sqrt(dim); KIND_UNSPECIFIED is UNIFORM (as the
+// config normalisation writes it). INVALID_ARGUMENT for another kind or a
+// wrong size.
+absl::Status InitializeSparseRow(const SparseTableSpec& table, uint64_t seed,
+                                 uint64_t key, absl::Span<float> out);
+
+// The same with the (seed, name) part hashed once: a table's rows start from
+// SparseRowSeed(seed, table.name()), which a hot path keeps.
+uint64_t SparseRowSeed(uint64_t seed, const std::string& table_name);
+absl::Status InitializeSparseRowSeeded(const SparseTableSpec& table,
+                                       uint64_t row_seed, uint64_t key,
+                                       absl::Span<float> out);
 
 }  // namespace ps
 

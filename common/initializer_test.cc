@@ -97,5 +97,93 @@ TEST(Initializer, ZerosConstantAndRangeErrors) {
             absl::StatusCode::kOutOfRange);
 }
 
+SparseTableSpec Table(InitializerSpec::Kind kind, int dim, float scale = 0) {
+  SparseTableSpec t;
+  t.set_name("emb");
+  t.set_dim(dim);
+  t.mutable_init()->set_kind(kind);
+  t.mutable_init()->set_scale(scale);
+  return t;
+}
+
+TEST(SparseInitializer, RowDependsOnSeedTableAndKeyOnly) {
+  const SparseTableSpec t = Table(InitializerSpec::UNIFORM, 8);
+  std::vector<float> a(8), b(8), c(8), d(8), e(8);
+  ASSERT_TRUE(InitializeSparseRow(t, 3, 42, absl::MakeSpan(a)).ok());
+  ASSERT_TRUE(InitializeSparseRow(t, 3, 42, absl::MakeSpan(b)).ok());
+  EXPECT_EQ(a, b);
+  ASSERT_TRUE(InitializeSparseRow(t, 3, 43, absl::MakeSpan(c)).ok());
+  EXPECT_NE(a, c);
+  ASSERT_TRUE(InitializeSparseRow(t, 4, 42, absl::MakeSpan(d)).ok());
+  EXPECT_NE(a, d);
+  SparseTableSpec other = t;
+  other.set_name("emb2");
+  ASSERT_TRUE(InitializeSparseRow(other, 3, 42, absl::MakeSpan(e)).ok());
+  EXPECT_NE(a, e);
+  // The seeded form is the same function.
+  std::vector<float> f(8);
+  ASSERT_TRUE(InitializeSparseRowSeeded(t, SparseRowSeed(3, "emb"), 42,
+                                        absl::MakeSpan(f))
+                  .ok());
+  EXPECT_EQ(a, f);
+}
+
+TEST(SparseInitializer, DistributionsAndDefaultScale) {
+  struct Case {
+    InitializerSpec::Kind kind;
+    float scale;
+    double stddev;
+    double bound;  // 0: unbounded
+  };
+  const int dim = 16;
+  const double s = 1.0 / std::sqrt(dim);
+  for (const Case& c :
+       {Case{InitializerSpec::UNIFORM, 0, s / std::sqrt(3), s},
+        Case{InitializerSpec::KIND_UNSPECIFIED, 0, s / std::sqrt(3), s},
+        Case{InitializerSpec::UNIFORM, 0.5f, 0.5 / std::sqrt(3), 0.5},
+        Case{InitializerSpec::NORMAL, 0, s, 0},
+        Case{InitializerSpec::NORMAL, 2.0f, 2.0, 0}}) {
+    const SparseTableSpec t = Table(c.kind, dim, c.scale);
+    double sum = 0, sq = 0;
+    int n = 0;
+    std::vector<float> row(dim);
+    for (uint64_t key = 0; key < 20000; ++key) {
+      ASSERT_TRUE(
+          InitializeSparseRow(t, 11, key * 7919, absl::MakeSpan(row)).ok());
+      for (float x : row) {
+        sum += x;
+        sq += double{x} * x;
+        ++n;
+        if (c.bound > 0) {
+          ASSERT_LE(std::abs(x), c.bound);
+        }
+      }
+    }
+    const double mean = sum / n;
+    const double sd = std::sqrt(sq / n - mean * mean);
+    EXPECT_NEAR(mean, 0.0, 0.02 * c.stddev) << c.kind;
+    EXPECT_NEAR(sd, c.stddev, 0.02 * c.stddev) << c.kind;
+  }
+}
+
+TEST(SparseInitializer, ZerosConstantAndErrors) {
+  std::vector<float> row(4, 9.0f);
+  ASSERT_TRUE(InitializeSparseRow(Table(InitializerSpec::ZEROS, 4), 1, 5,
+                                  absl::MakeSpan(row))
+                  .ok());
+  EXPECT_EQ(row, std::vector<float>(4, 0.0f));
+  SparseTableSpec t = Table(InitializerSpec::CONSTANT, 4);
+  t.mutable_init()->set_value(0.25f);
+  ASSERT_TRUE(InitializeSparseRow(t, 1, 5, absl::MakeSpan(row)).ok());
+  EXPECT_EQ(row, std::vector<float>(4, 0.25f));
+  std::vector<float> wrong(3);
+  EXPECT_EQ(InitializeSparseRow(t, 1, 5, absl::MakeSpan(wrong)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(InitializeSparseRow(Table(InitializerSpec::HE_UNIFORM, 4), 1, 5,
+                                absl::MakeSpan(row))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ps
