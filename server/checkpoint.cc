@@ -18,6 +18,7 @@ namespace ps::server {
 namespace {
 
 constexpr char kMagic[8] = {'P', 'S', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr char kSparseMagic[8] = {'P', 'S', 'S', 'P', 'A', 'R', 'S', 'E'};
 constexpr char kEndMagic[8] = {'P', 'S', 'C', 'K', 'E', 'N', 'D', '1'};
 
 uint32_t Crc(const char* data, size_t n) {
@@ -153,6 +154,22 @@ absl::StatusOr<std::string> WriteCheckpoint(FileSystem* fs,
     if (!r.slot2.empty()) PutFloats(&out, r.slot2);
     Put<uint32_t>(&out, Crc(out.data() + start, out.size() - start));
   }
+  if (!data.sparse_tables.empty()) {
+    out.append(kSparseMagic, sizeof(kSparseMagic));
+    Put<uint32_t>(&out, data.sparse_tables.size());
+    for (const CheckpointSparseTable& t : data.sparse_tables) {
+      const size_t start = out.size();
+      PutBytes(&out, t.name);
+      Put<int32_t>(&out, t.row_floats);
+      Put<int64_t>(&out, t.keys.size());
+      out.append(reinterpret_cast<const char*>(t.keys.data()),
+                 t.keys.size() * sizeof(uint64_t));
+      out.append(reinterpret_cast<const char*>(t.steps.data()),
+                 t.steps.size() * sizeof(uint32_t));
+      PutFloats(&out, t.values);
+      Put<uint32_t>(&out, Crc(out.data() + start, out.size() - start));
+    }
+  }
   out.append(kEndMagic, sizeof(kEndMagic));
   const std::string path = absl::StrCat(
       dir, "/", MakeName(data.version, data.shard_index, data.num_shards));
@@ -173,6 +190,44 @@ absl::StatusOr<std::string> WriteCheckpoint(FileSystem* fs,
     fs->RemoveFile(mine[i].second).IgnoreError();
   }
   return path;
+}
+
+// The sparse section, after its marker.
+absl::Status ReadSparseTables(const std::string& contents,
+                              const std::string& path, Reader& r,
+                              CheckpointData* d) {
+  uint32_t num_tables = 0;
+  PS_RETURN_IF_ERROR(r.Get(&num_tables));
+  for (uint32_t i = 0; i < num_tables; ++i) {
+    const size_t start = r.pos();
+    CheckpointSparseTable t;
+    int64_t rows = 0;
+    PS_RETURN_IF_ERROR(r.GetBytes(&t.name));
+    PS_RETURN_IF_ERROR(r.Get(&t.row_floats));
+    PS_RETURN_IF_ERROR(r.Get(&rows));
+    const size_t row_bytes = 12 + sizeof(float) * t.row_floats;
+    if (rows < 0 || t.row_floats < 1 ||
+        static_cast<uint64_t>(rows) > (contents.size() - r.pos()) / row_bytes) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", path, ": sparse table ", i, " has a bad size"));
+    }
+    t.keys.resize(rows);
+    t.steps.resize(rows);
+    for (uint64_t& k : t.keys) PS_RETURN_IF_ERROR(r.Get(&k));
+    for (uint32_t& n : t.steps) PS_RETURN_IF_ERROR(r.Get(&n));
+    PS_RETURN_IF_ERROR(r.GetFloats(rows * t.row_floats, &t.values));
+    const size_t end = r.pos();
+    uint32_t crc = 0;
+    PS_RETURN_IF_ERROR(r.Get(&crc));
+    if (crc != Crc(contents.data() + start, end - start)) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path,
+                                              ": checksum mismatch in sparse "
+                                              "table '",
+                                              t.name, "'"));
+    }
+    d->sparse_tables.push_back(std::move(t));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CheckpointData> ReadCheckpoint(FileSystem* fs,
@@ -233,6 +288,10 @@ absl::StatusOr<CheckpointData> ReadCheckpoint(FileSystem* fs,
     d.ranges.push_back(std::move(range));
   }
   for (char& c : magic) PS_RETURN_IF_ERROR(r.Get(&c));
+  if (std::memcmp(magic, kSparseMagic, 8) == 0) {
+    PS_RETURN_IF_ERROR(ReadSparseTables(contents, path, r, &d));
+    for (char& c : magic) PS_RETURN_IF_ERROR(r.Get(&c));
+  }
   if (std::memcmp(magic, kEndMagic, 8) != 0 || r.pos() != contents.size()) {
     return absl::DataLossError(
         absl::StrCat("checkpoint ", path, " has a bad trailer"));

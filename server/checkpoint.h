@@ -6,7 +6,10 @@
 // file, fsync, rename, fsync of the directory). A file holds the job id, the
 // job spec, the version and, per chunk, the tensor name, element offset,
 // weights, optimizer slots and a CRC32 of the record; a trailing CRC32
-// covers the header.
+// covers the header. A job with sparse tables adds, before the trailer, a
+// section marked "PSSPARSE" with one record per table (name, row floats,
+// keys, step counts and values, and a CRC32 of the record); files without
+// it read as before.
 //
 // Thread-compatible free functions over a FileSystem (not owned): callers
 // serialise writers of one dir.
@@ -33,6 +36,17 @@ struct CheckpointRange {
   int64_t steps = 0;
 };
 
+// The rows of one sparse table on one shard (server/shard/sparse_table.h):
+// row i is keys[i], its steps[i] (lazy Adam's count) and row_floats values
+// (the weights, then the optimizer slots) at values[i * row_floats].
+struct CheckpointSparseTable {
+  std::string name;
+  int32_t row_floats = 0;
+  std::vector<uint64_t> keys;
+  std::vector<uint32_t> steps;
+  std::vector<float> values;
+};
+
 struct CheckpointData {
   std::string job_id;
   JobSpec spec;
@@ -40,6 +54,9 @@ struct CheckpointData {
   int shard_index = 0;
   int num_shards = 1;
   std::vector<CheckpointRange> ranges;
+  // Stored by key, so that a restore onto another number of shards
+  // re-places each row (common/key_placement.h).
+  std::vector<CheckpointSparseTable> sparse_tables;
 };
 
 // Writes `data` into `dir` (created if missing) and deletes this shard's

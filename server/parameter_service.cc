@@ -1,6 +1,7 @@
 #include "server/parameter_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -10,15 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/payload_codec.h"
+#include "common/sparse_rows.h"
 #include "common/status.h"
 #include "proto/parameter_service.grpc.pb.h"
 
 namespace ps::server {
 namespace {
-
-constexpr int kPushChunksField = 6;
-constexpr int kPullChunksField = 2;
-constexpr int kPushPulledChunksField = 7;  // PushResponse.pulled_chunks
 
 // Threads draining a queue of tasks that may block (waiting pulls): starts
 // with `threads` and adds one whenever a task finds none idle, up to
@@ -166,13 +164,14 @@ class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
   }
 
   // Pulls `request` (job and worker already set) into `chunks`: fp32 weights
-  // without a copy, other dtypes narrowed.
-  // after_seq: PullArgs::after_seq.
-  absl::StatusOr<PullResult> PullChunks(const PullRequest& request, DType dtype,
-                                        absl::Time deadline,
-                                        std::vector<ChunkOut>* chunks,
-                                        uint64_t after_seq = 0,
-                                        bool whole_step = false);
+  // without a copy, other dtypes narrowed; and the rows of `sparse` (the
+  // request's sparse keys) into `rows`, written by the tables straight into
+  // the answer's slices. after_seq: PullArgs::after_seq.
+  absl::StatusOr<PullResult> PullChunks(
+      const PullRequest& request, DType dtype, absl::Time deadline,
+      const std::vector<SparseRowsView>& sparse, std::vector<ChunkOut>* chunks,
+      std::vector<SparseRowsOut>* rows, uint64_t after_seq = 0,
+      bool whole_step = false);
   // Runs `run` (a pull that fills the response) at once if it need not wait,
   // else on the pull pool with `deadline`; then finishes the call.
   void FinishWithPull(std::function<absl::Status(absl::Time deadline)> run,
@@ -193,7 +192,43 @@ struct PushCall {
   PushRequest header;
   std::vector<PushChunk> chunks;
   std::vector<grpc::Slice> slices;
+  // Sparse rows: keys and rows in the slices, or in the copies below when
+  // the decoder gathered them (keys straddling slices or unaligned, rows
+  // over several slices).
+  std::vector<SparseRowsView> sparse;
+  std::vector<uint64_t> key_scratch;
+  std::deque<std::vector<uint64_t>> key_copies;
+  std::deque<std::string> row_copies;
+  // then_pull's sparse keys, copied out of its protobuf fields (aligned).
+  std::vector<SparseRowsView> pull_sparse;
 };
+
+// A decoded pull that may outlive the callback.
+struct PullCall {
+  PullRequest header;
+  DecodedMessage decoded;
+};
+
+// Views of SparseRows parsed by protobuf (a then_pull's keys), their keys
+// copied into `keys` so that they are aligned.
+std::vector<SparseRowsView> ViewsOf(
+    const google::protobuf::RepeatedPtrField<SparseRows>& rows,
+    std::deque<std::vector<uint64_t>>* keys) {
+  std::vector<SparseRowsView> views;
+  for (const SparseRows& r : rows) {
+    SparseRowsView v;
+    v.table = r.table();
+    v.dtype = r.dtype();
+    v.num_rows = r.num_rows();
+    v.dim = r.dim();
+    std::vector<uint64_t>& k = keys->emplace_back(r.keys().size() / 8);
+    std::memcpy(k.data(), r.keys().data(), k.size() * 8);
+    v.keys = k;
+    v.rows = r.rows();
+    views.push_back(v);
+  }
+  return views;
+}
 
 absl::StatusOr<DType> PullDType(const PullRequest& request) {
   const DType dtype =
@@ -207,8 +242,11 @@ absl::StatusOr<DType> PullDType(const PullRequest& request) {
 
 absl::StatusOr<PullResult> ServiceImpl::PullChunks(
     const PullRequest& request, DType dtype, absl::Time deadline,
-    std::vector<ChunkOut>* chunks, uint64_t after_seq, bool whole_step) {
+    const std::vector<SparseRowsView>& sparse, std::vector<ChunkOut>* chunks,
+    std::vector<SparseRowsOut>* rows, uint64_t after_seq, bool whole_step) {
   PullArgs args;
+  args.sparse = sparse;
+  args.sparse_only = request.sparse_only();
   args.after_seq = after_seq;
   args.whole_step = whole_step;
   args.version_only = request.version_only();
@@ -236,13 +274,33 @@ absl::StatusOr<PullResult> ServiceImpl::PullChunks(
     chunks->push_back(
         {c.chunk_id, dtype, static_cast<int64_t>(w.size()), std::move(slice)});
   };
-  absl::StatusOr<PullResult> r = store_->Pull(args, deadline, sink);
+  rows->clear();
+  auto row_sink = [&](size_t index, DType row_dtype, int32_t dim,
+                      int64_t num_rows) {
+    SparseRowsOut out;
+    out.table = sparse[index].table;
+    out.dtype = row_dtype;
+    out.num_rows = num_rows;
+    out.dim = dim;
+    char* data = nullptr;
+    out.rows = AllocateSlice(
+        static_cast<size_t>(num_rows) * dim * DTypeSize(row_dtype), &data);
+    rows->push_back(std::move(out));
+    return data;
+  };
+  const SparseSink row_sink_ref = row_sink;
+  absl::StatusOr<PullResult> r =
+      store_->PullWithRows(args, deadline, sink, &row_sink_ref);
   if (!r.ok()) return r.status();
   size_t bytes = 0;
   for (const ChunkOut& c : *chunks) bytes += c.data.size() + 32;
+  for (const SparseRowsOut& o : *rows) {
+    bytes += o.rows.size() + kSparseRowsOverhead;
+  }
   if (bytes > static_cast<size_t>(options_.max_message_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "Pull of ", chunks->size(), " chunks (", bytes,
+        "Pull of ", chunks->size(), " chunks and ", rows->size(),
+        " sparse row sets (", bytes,
         " bytes) exceeds the server's max message size of ",
         options_.max_message_bytes, " bytes; pull fewer chunks per call"));
   }
@@ -273,21 +331,41 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
     return reactor;
   }
   auto call = std::make_shared<PushCall>();
-  if (absl::Status s = DecodeSegmented(
-          *request, kPushChunksField, &call->header, &call->slices,
-          [&](const ChunkView& v, absl::Span<const absl::string_view> segs) {
-            PushChunk c;
-            c.chunk_id = v.chunk_id;
-            c.dtype = v.dtype == DTYPE_UNSPECIFIED ? FLOAT32 : v.dtype;
-            c.num_elements = v.num_elements;
-            if (segs.size() == 1) {
-              c.data = segs[0];
-            } else {
-              c.segments.assign(segs.begin(), segs.end());
-            }
-            call->chunks.push_back(std::move(c));
-            return absl::OkStatus();
-          });
+  PayloadHandlers handlers;
+  handlers.on_chunk = [&](const ChunkView& v,
+                          absl::Span<const absl::string_view> segs) {
+    PushChunk c;
+    c.chunk_id = v.chunk_id;
+    c.dtype = v.dtype == DTYPE_UNSPECIFIED ? FLOAT32 : v.dtype;
+    c.num_elements = v.num_elements;
+    if (segs.size() == 1) {
+      c.data = segs[0];
+    } else {
+      c.segments.assign(segs.begin(), segs.end());
+    }
+    call->chunks.push_back(std::move(c));
+    return absl::OkStatus();
+  };
+  handlers.on_sparse = [&](const SparseRowsView& v,
+                           absl::Span<const absl::string_view> segs) {
+    SparseRowsView kept = v;
+    const uint64_t* scratch = call->key_scratch.data();
+    if (!v.keys.empty() && v.keys.data() >= scratch &&
+        v.keys.data() < scratch + call->key_scratch.size()) {
+      // Keys copied by the decoder are valid during this call only.
+      kept.keys = call->key_copies.emplace_back(v.keys.begin(), v.keys.end());
+    }
+    if (v.rows.data() == nullptr && !segs.empty()) {
+      std::string& rows = call->row_copies.emplace_back();
+      for (absl::string_view seg : segs) rows.append(seg.data(), seg.size());
+      kept.rows = rows;
+    }
+    call->sparse.push_back(kept);
+    return absl::OkStatus();
+  };
+  if (absl::Status s =
+          DecodeSegmented(*request, kPushRequestFields, &call->header,
+                          &call->slices, &call->key_scratch, handlers);
       !s.ok()) {
     reactor->Finish(ToGrpcStatus(Annotate(s, "Push")));
     return reactor;
@@ -303,6 +381,8 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
     // The pull is the pushing worker's, in the pushed job.
     call->header.mutable_then_pull()->set_job_id(call->header.job_id());
     call->header.mutable_then_pull()->set_worker_id(call->header.worker_id());
+    call->pull_sparse =
+        ViewsOf(call->header.then_pull().sparse(), &call->key_copies);
   }
   const absl::Time deadline = WaitDeadline(*context);
   auto run = [this, call, reactor, response, deadline, pull_dtype] {
@@ -315,8 +395,10 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
     args.end_of_step = call->header.end_of_step();
     args.chunks_final = call->header.chunks_final();
     args.chunks = std::move(call->chunks);
+    args.sparse = std::move(call->sparse);
     absl::StatusOr<PushResult> r = store_->Push(args, deadline);
     call->slices.clear();
+    call->row_copies.clear();
     if (!r.ok()) {
       reactor->Finish(ToGrpcStatus(r.status()));
       return;
@@ -334,16 +416,18 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
     FinishWithPull(
         [this, call, out, response, pull_dtype](absl::Time wait_until) {
           std::vector<ChunkOut> chunks;
+          std::vector<SparseRowsOut> rows;
           // The answer must include this step's earlier pushes, which
           // other streams may still be delivering.
           PS_ASSIGN_OR_RETURN(
-              PullResult p, PullChunks(call->header.then_pull(), pull_dtype,
-                                       wait_until, &chunks, call->header.seq(),
-                                       call->header.end_of_step()));
+              PullResult p,
+              PullChunks(call->header.then_pull(), pull_dtype, wait_until,
+                         call->pull_sparse, &chunks, &rows, call->header.seq(),
+                         call->header.end_of_step()));
           out->set_pulled(true);
           out->set_pulled_version(p.version);
           out->set_pulled_min_clock(p.min_clock);
-          *response = EncodeWithPayloads(*out, kPushPulledChunksField, chunks);
+          *response = EncodeMessage(*out, kPushResponseFields, chunks, rows);
           return absl::OkStatus();
         },
         reactor, deadline);
@@ -370,42 +454,29 @@ grpc::ServerUnaryReactor* ServiceImpl::Pull(
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
-  auto req = std::make_shared<PullRequest>();
-  {
-    std::vector<grpc::Slice> slices;
-    bool parsed = false;
-    if (request->Dump(&slices).ok()) {
-      if (slices.size() == 1) {
-        parsed = req->ParseFromArray(slices[0].begin(),
-                                     static_cast<int>(slices[0].size()));
-      } else {
-        std::string bytes;
-        for (const grpc::Slice& s : slices) {
-          bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-        }
-        parsed = req->ParseFromString(bytes);
-      }
-    }
-    if (!parsed) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "Pull: malformed PullRequest"));
-      return reactor;
-    }
+  auto call = std::make_shared<PullCall>();
+  if (absl::Status s = DecodeMessage(*request, kPullRequestFields,
+                                     &call->header, &call->decoded);
+      !s.ok()) {
+    reactor->Finish(ToGrpcStatus(Annotate(s, "Pull: malformed PullRequest")));
+    return reactor;
   }
-  absl::StatusOr<DType> dtype = PullDType(*req);
+  absl::StatusOr<DType> dtype = PullDType(call->header);
   if (!dtype.ok()) {
     reactor->Finish(ToGrpcStatus(dtype.status()));
     return reactor;
   }
   FinishWithPull(
-      [this, req, response, dtype = *dtype](absl::Time deadline) {
+      [this, call, response, dtype = *dtype](absl::Time deadline) {
         std::vector<ChunkOut> chunks;
+        std::vector<SparseRowsOut> rows;
         PS_ASSIGN_OR_RETURN(PullResult r,
-                            PullChunks(*req, dtype, deadline, &chunks));
+                            PullChunks(call->header, dtype, deadline,
+                                       call->decoded.sparse, &chunks, &rows));
         PullResponse header;
         header.set_version(r.version);
         header.set_min_clock(r.min_clock);
-        *response = EncodeWithPayloads(header, kPullChunksField, chunks);
+        *response = EncodeMessage(header, kPullResponseFields, chunks, rows);
         return absl::OkStatus();
       },
       reactor, WaitDeadline(*context));

@@ -341,8 +341,9 @@ absl::Status DenseTable::CheckPull(const PullArgs& args) const {
   return absl::OkStatus();
 }
 
-int64_t DenseTable::Pull(const PullArgs& args, const PullSinks& sinks) {
-  if (sinks.chunks == nullptr) return 0;
+absl::StatusOr<int64_t> DenseTable::Pull(const PullArgs& args,
+                                         const PullSinks& sinks) {
+  if (sinks.chunks == nullptr || args.sparse_only) return 0;
   const ChunkSink& sink = *sinks.chunks;
   int64_t bytes = 0;
   auto emit = [&](DenseChunk& chunk) {
@@ -360,6 +361,7 @@ int64_t DenseTable::Pull(const PullArgs& args, const PullSinks& sinks) {
 
 bool DenseTable::ForEachPulledPart(
     const PullArgs& args, absl::FunctionRef<bool(int part)> visit) const {
+  if (args.sparse_only) return true;
   if (args.chunk_ids.empty()) {
     for (size_t local = 0; local < chunks_.size(); ++local) {
       if (!visit(static_cast<int>(local))) return false;

@@ -55,7 +55,8 @@ class DenseTable final : public Table {
                  ApplyPool& pool) override;
 
   absl::Status CheckPull(const PullArgs& args) const override;
-  int64_t Pull(const PullArgs& args, const PullSinks& sinks) override;
+  absl::StatusOr<int64_t> Pull(const PullArgs& args,
+                               const PullSinks& sinks) override;
   int num_parts() const override { return static_cast<int>(chunks_.size()); }
   bool ForEachPulledPart(
       const PullArgs& args,

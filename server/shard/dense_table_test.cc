@@ -140,7 +140,7 @@ std::vector<float> TableWeights(DenseTable& table,
   sinks.chunks = &sink;
   PullArgs args;
   args.chunk_ids = ids;
-  const int64_t bytes = table.Pull(args, sinks);
+  const int64_t bytes = table.Pull(args, sinks).value();
   EXPECT_EQ(bytes, static_cast<int64_t>(out.size() * sizeof(float)));
   return out;
 }

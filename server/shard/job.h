@@ -41,6 +41,8 @@
 
 namespace ps::server {
 
+class SparseTable;  // sparse_table.h
+
 // BSP states taken at multiples of every_versions and not yet written, per
 // job: enough for the checkpoint thread to write every one of them unless
 // the disk is much slower than the steps.
@@ -75,8 +77,11 @@ struct Job {
   int num_shards = 1;
   std::shared_ptr<const Placement> placement;
   // The job's tables: the dense tensors' first (the one table that may
-  // defer its NaN/Inf check to the apply, Table::Prepare).
+  // defer its NaN/Inf check to the apply, Table::Prepare), then the sparse
+  // tables in ModelSpec order.
   std::vector<std::unique_ptr<Table>> tables;
+  // The sparse tables among `tables`, in ModelSpec order (their status).
+  std::vector<SparseTable*> sparse_tables;
   // SetupJobRequest.incarnation; only pushes of this incarnation apply.
   int64_t incarnation = 0;
 

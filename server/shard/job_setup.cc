@@ -10,6 +10,7 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "server/shard/dense_table.h"
+#include "server/shard/sparse_table.h"
 
 namespace ps::server {
 
@@ -64,6 +65,13 @@ absl::StatusOr<std::shared_ptr<Job>> NewJob(const SetupJobRequest& request,
                       DenseTable::Create(job->id, spec, std::move(tensors),
                                          job->placement, job->shard_index));
   job->tables.push_back(std::move(dense));
+  for (int t = 0; t < spec.model().sparse_tables_size(); ++t) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<SparseTable> sparse,
+                        SparseTable::Create(job->id, spec, t, job->shard_index,
+                                            job->num_shards));
+    job->sparse_tables.push_back(sparse.get());
+    job->tables.push_back(std::move(sparse));
+  }
   absl::MutexLock jl(&job->mu);
   for (const auto& table : job->tables) {
     job->early_applied.emplace_back(table->num_parts(), -1);

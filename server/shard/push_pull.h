@@ -12,6 +12,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/payload_codec.h"
 #include "common/placement.h"
 #include "proto/parameter_service.pb.h"
 
@@ -40,6 +41,9 @@ struct PushArgs {
   // (see "BSP chunks applied as they complete" in shard_store.h).
   bool chunks_final = false;
   std::vector<PushChunk> chunks;
+  // Sparse rows' gradients: keys and rows, unique keys, one per table
+  // (PushRequest.sparse; views that live for the Push call).
+  std::vector<SparseRowsView> sparse;
 };
 
 struct PushResult {
@@ -65,6 +69,11 @@ struct PullArgs {
   bool whole_step = false;
   // Hand no chunks to the sink (the version only).
   bool version_only = false;
+  // Sparse rows to read: keys only (PullRequest.sparse; views that live for
+  // the Pull call). The answer's SparseRows i is sparse[i]'s.
+  std::vector<SparseRowsView> sparse;
+  // No dense chunks (chunk_ids must be empty).
+  bool sparse_only = false;
 };
 
 struct PullResult {
@@ -82,6 +91,14 @@ using WeightsRef = std::shared_ptr<const void>;
 using ChunkSink =
     absl::FunctionRef<void(const Chunk& chunk, absl::Span<const float> weights,
                            const WeightsRef& ref)>;
+
+// Receives the rows of a pull's sparse[index]: returns where to write
+// num_rows rows of `dim` little-endian `dtype` values (num_rows x dim x
+// DTypeSize(dtype) bytes), which the table then fills. Called once per
+// SparseRows of the request, from the thread of the Pull call, with no lock
+// held.
+using SparseSink = absl::FunctionRef<char*(size_t index, DType dtype,
+                                           int32_t dim, int64_t num_rows)>;
 
 }  // namespace ps::server
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
+#include "common/sparse_rows.h"
 
 namespace ps::server {
 
@@ -33,13 +34,40 @@ absl::Status CheckPushHeader(Job& job, const PushArgs& args) {
   return absl::OkStatus();
 }
 
+absl::Status CheckSparsePull(const Job& job, const PullArgs& args,
+                             bool has_sink) {
+  if (args.sparse_only && !args.chunk_ids.empty()) {
+    return absl::InvalidArgumentError(
+        "a sparse_only pull may not name chunks (chunk_ids must be empty)");
+  }
+  if (args.sparse.empty()) return absl::OkStatus();
+  if (!has_sink) {
+    return absl::InvalidArgumentError(
+        "this pull cannot answer sparse rows (no sparse sink)");
+  }
+  std::vector<uint64_t> scratch;
+  return CheckSparseRows(args.sparse, SparseRowsUse::kPullRequest,
+                         job.spec.model().sparse_tables_size(), &scratch);
+}
+
 absl::StatusOr<PreparedPush> PrepareTables(Job& job, const PushArgs& args) {
   const bool apply_now = job.model() != ConsistencySpec::BSP;
   PreparedPush prepared;
   prepared.reserve(job.tables.size());
-  for (const auto& table : job.tables) {
+  absl::Status sparse_rows;
+  if (!args.sparse.empty()) {
+    // Unknown tables, keys and rows that disagree, duplicate keys.
+    std::vector<uint64_t> scratch;
+    sparse_rows =
+        CheckSparseRows(args.sparse, SparseRowsUse::kPush,
+                        job.spec.model().sparse_tables_size(), &scratch);
+  }
+  // (A refused sparse_rows goes through the error path once.)
+  for (size_t t = 0; t < job.tables.size() || !sparse_rows.ok(); ++t) {
     absl::StatusOr<std::unique_ptr<PreparedGradient>> gradient =
-        table->Prepare(args, apply_now);
+        sparse_rows.ok()
+            ? job.tables[t]->Prepare(args, apply_now)
+            : absl::StatusOr<std::unique_ptr<PreparedGradient>>(sparse_rows);
     if (!gradient.ok()) {
       // The number is used up, so that a BSP end_of_step does not wait for
       // it.

@@ -32,7 +32,15 @@ using PreparedPush = std::vector<std::unique_ptr<PreparedGradient>>;
 // incarnation of the job, which the worker retries until it is restarted.
 absl::Status CheckPushHeader(Job& job, const PushArgs& args);
 
-// Table::Prepare on every table with `apply_now` for ASP/SSP. On an error
+// The checks of a pull's sparse rows before its tables': sparse_only
+// without chunk ids, CheckSparseRows (common/sparse_rows.h); `has_sink`:
+// the caller can take rows. INVALID_ARGUMENT.
+absl::Status CheckSparsePull(const Job& job, const PullArgs& args,
+                             bool has_sink);
+
+// CheckSparseRows on the push's sparse rows (common/sparse_rows.h: tables,
+// keys against rows, unique keys), then Table::Prepare on every table with
+// `apply_now` for ASP/SSP. On an error
 // the push's sequence number is used up, so that a BSP end of step does
 // not wait for it.
 absl::StatusOr<PreparedPush> PrepareTables(Job& job, const PushArgs& args);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "server/shard/sparse_table.h"
 
 namespace ps::server {
 
@@ -43,6 +44,9 @@ ShardStatus JobStatus(Job& job) {
   s.set_blocked_pulls(job.blocked_pulls.load());
   s.set_bytes_in(job.bytes_in.load());
   s.set_bytes_out(job.bytes_out.load());
+  for (const SparseTable* table : job.sparse_tables) {
+    *s.add_sparse_tables() = table->Status();
+  }
   return s;
 }
 

@@ -48,8 +48,9 @@ class ShardStoreImpl final : public ShardStore {
       const UpdateMembershipRequest& request) override;
   absl::StatusOr<PushResult> Push(const PushArgs& args,
                                   absl::Time deadline) override;
-  absl::StatusOr<PullResult> Pull(const PullArgs& args, absl::Time deadline,
-                                  ChunkSink sink) override;
+  absl::StatusOr<PullResult> PullWithRows(const PullArgs& args,
+                                          absl::Time deadline, ChunkSink sink,
+                                          const SparseSink* rows) override;
   bool PushMayWait(const PushArgs& args) override {
     if (!args.end_of_step) return false;
     absl::StatusOr<std::shared_ptr<Job>> job = FindJob(args.job_id);
@@ -334,10 +335,11 @@ absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
   return result;
 }
 
-absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
-                                                absl::Time deadline,
-                                                ChunkSink sink) {
+absl::StatusOr<PullResult> ShardStoreImpl::PullWithRows(
+    const PullArgs& args, absl::Time deadline, ChunkSink sink,
+    const SparseSink* rows) {
   PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJobForData(args.job_id));
+  PS_RETURN_IF_ERROR(CheckSparsePull(*job, args, rows != nullptr));
   for (const auto& table : job->tables) {
     PS_RETURN_IF_ERROR(table->CheckPull(args));
   }
@@ -353,7 +355,12 @@ absl::StatusOr<PullResult> ShardStoreImpl::Pull(const PullArgs& args,
     if (!args.version_only) {
       PullSinks sinks;
       sinks.chunks = &sink;
-      for (const auto& table : job->tables) bytes += table->Pull(args, sinks);
+      sinks.sparse = rows;
+      for (const auto& table : job->tables) {
+        PS_ASSIGN_OR_RETURN(const int64_t table_bytes,
+                            table->Pull(args, sinks));
+        bytes += table_bytes;
+      }
     }
   }
   job->pulls.fetch_add(1, std::memory_order_relaxed);

@@ -38,8 +38,15 @@
 // the data; pushes to different chunks apply in parallel. Locks are never held
 // across disk I/O (checkpoints snapshot under the locks, then write).
 //
+// Sparse tables (sparse_table.h) sit next to the dense chunks under the same
+// version, clock and sequence numbers: a push's sparse rows apply at once
+// (ASP/SSP) or at the step's close (BSP) with its chunks, all or nothing.
+//
 // Errors: NOT_FOUND (unknown job), INVALID_ARGUMENT (unknown or foreign
-// chunk, wrong length, dtype, NaN/Inf, seq 0), OUT_OF_RANGE (clock or base
+// chunk, wrong length, dtype, NaN/Inf, seq 0; unknown sparse table, wrong
+// dim or dtype, keys and rows that disagree, a duplicate key, a key of
+// another shard), RESOURCE_EXHAUSTED (a sparse table at capacity that
+// evicts nothing, naming the table and shard), OUT_OF_RANGE (clock or base
 // version from the future; UNAVAILABLE for the next step's push while the
 // step closes), FAILED_PRECONDITION (worker not an active member
 // of the job), ABORTED (ASP push staler than max_staleness),
@@ -109,9 +116,21 @@ class ShardStore {
 
   // Waits (BSP: for min_version; SSP: for every active clock >= clock - s)
   // until `deadline`, then hands each requested chunk to `sink`.
-  virtual absl::StatusOr<PullResult> Pull(const PullArgs& args,
-                                          absl::Time deadline,
-                                          ChunkSink sink) = 0;
+  absl::StatusOr<PullResult> Pull(const PullArgs& args, absl::Time deadline,
+                                  ChunkSink sink) {
+    return PullWithRows(args, deadline, sink, nullptr);
+  }
+
+  // Pull, with the rows of args.sparse written where `rows` says (null:
+  // args.sparse must be empty). A key with no row yet gets one from its
+  // table's initializer. Errors beyond Pull's: INVALID_ARGUMENT (unknown
+  // table, dim or dtype, a key of another shard, chunk ids with
+  // sparse_only), RESOURCE_EXHAUSTED (a table at capacity that evicts
+  // nothing, naming the table and shard).
+  virtual absl::StatusOr<PullResult> PullWithRows(const PullArgs& args,
+                                                  absl::Time deadline,
+                                                  ChunkSink sink,
+                                                  const SparseSink* rows) = 0;
 
   // Writes a checkpoint of the job now.
   virtual absl::StatusOr<CheckpointResponse> Checkpoint(

@@ -106,6 +106,7 @@ struct StageResult {
 // something other than chunks adds its own).
 struct PullSinks {
   const ChunkSink* chunks = nullptr;
+  const SparseSink* sparse = nullptr;
 };
 
 // Every method is thread-safe under the lock rules in the file comment.
@@ -152,8 +153,10 @@ class Table {
   virtual absl::Status CheckPull(const PullArgs& args) const = 0;
 
   // Hands what `args` asks for to its sink in `sinks` (a version_only pull
-  // never gets here). Returns the payload bytes handed out.
-  virtual int64_t Pull(const PullArgs& args, const PullSinks& sinks) = 0;
+  // never gets here). Returns the payload bytes handed out; an error (a
+  // sparse table at capacity: RESOURCE_EXHAUSTED) fails the pull.
+  virtual absl::StatusOr<int64_t> Pull(const PullArgs& args,
+                                       const PullSinks& sinks) = 0;
 
   // The number of parts.
   virtual int num_parts() const = 0;

@@ -1,0 +1,454 @@
+#include "server/shard/sparse_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/initializer.h"
+#include "common/key_placement.h"
+#include "common/payload_codec.h"
+
+namespace ps::server {
+namespace {
+
+// This table's gradient of a push: its keys (in the push's buffers) and
+// their gradients widened to fp32, and the rows reserved for them.
+struct SparseGradient final : PreparedGradient {
+  absl::Span<const uint64_t> keys;
+  std::vector<float> grads;  // dim per key
+  SparseRowMap::Reservation reservation;
+};
+
+DType WireDType(DType d) { return d == DTYPE_UNSPECIFIED ? FLOAT32 : d; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(
+    const std::string& job_id, const JobSpec& spec, int table_index,
+    int shard_index, int num_shards) {
+  if (table_index < 0 || table_index >= spec.model().sparse_tables_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse table ", table_index, " is not in the model"));
+  }
+  if (num_shards < 1 || num_shards > kMaxKeyShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a job with sparse tables runs on 1 to ", kMaxKeyShards,
+                     " shards, not ", num_shards));
+  }
+  const SparseTableSpec& t = spec.model().sparse_tables(table_index);
+  absl::StatusOr<std::unique_ptr<SparseOptimizer>> optimizer =
+      SparseOptimizer::Create(t.optimizer());
+  if (!optimizer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sparse table '", t.name(), "': ", optimizer.status().message()));
+  }
+  return std::unique_ptr<SparseTable>(new SparseTable(job_id, spec, table_index,
+                                                      shard_index, num_shards,
+                                                      *std::move(optimizer)));
+}
+
+SparseTable::SparseTable(const std::string& job_id, const JobSpec& spec,
+                         int table_index, int shard_index, int num_shards,
+                         std::unique_ptr<SparseOptimizer> optimizer)
+    : job_id_(job_id),
+      spec_(spec.model().sparse_tables(table_index)),
+      table_index_(table_index),
+      shard_index_(shard_index),
+      num_shards_(num_shards),
+      allow_nonfinite_(spec.allow_nonfinite_gradients()),
+      salt_(TableSalt(spec_.name())),
+      row_seed_(SparseRowSeed(spec.seed(), spec_.name())),
+      optimizer_(std::move(optimizer)),
+      rows_(std::make_unique<SparseRowMap>(
+          SparseRowMapOptions{.table_name = spec_.name(),
+                              .shard_index = shard_index,
+                              .dim = spec_.dim(),
+                              .num_slots = optimizer_->num_slots(),
+                              .capacity = spec_.capacity(),
+                              .eviction = spec_.eviction(),
+                              .ttl_versions = spec_.ttl_versions()})) {}
+
+SparseTable::~SparseTable() = default;
+
+void SparseTable::InitRow(uint64_t key, float* values) const {
+  const int dim = spec_.dim();
+  // The spec was validated: the kind and size are right.
+  (void)InitializeSparseRowSeeded(spec_, row_seed_, key,
+                                  absl::MakeSpan(values, dim));
+  optimizer_->InitSlots(
+      absl::MakeSpan(values + dim, dim * optimizer_->num_slots()));
+}
+
+absl::Status SparseTable::CheckKeysHere(absl::Span<const uint64_t> keys) const {
+  if (num_shards_ == 1) return absl::OkStatus();
+  for (uint64_t key : keys) {
+    const int shard = KeyShard(salt_, key, num_shards_);
+    if (shard != shard_index_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", key, " of sparse table '", spec_.name(),
+          "' belongs to shard ", shard, " of ", num_shards_, ", not to shard ",
+          shard_index_, " (common/key_placement.h)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SparseTable::NoteVersion(int64_t version) {
+  int64_t cur = version_.load(std::memory_order_relaxed);
+  while (cur < version && !version_.compare_exchange_weak(
+                              cur, version, std::memory_order_relaxed)) {
+  }
+}
+
+absl::StatusOr<std::unique_ptr<PreparedGradient>> SparseTable::Prepare(
+    const PushArgs& args, bool apply_now) const {
+  auto gradient = std::make_unique<SparseGradient>();
+  const SparseRowsView* mine = nullptr;
+  for (const SparseRowsView& s : args.sparse) {
+    if (s.table == table_index_) mine = &s;
+  }
+  if (mine == nullptr || mine->num_rows == 0) return gradient;
+  auto refuse = [&](absl::Status s) {
+    rejected_gradients_.fetch_add(mine->num_rows, std::memory_order_relaxed);
+    return s;
+  };
+  const std::string at =
+      absl::StrCat("push to sparse table '", spec_.name(), "' (table ",
+                   table_index_, ") of job '", job_id_, "'");
+  if (mine->dim != spec_.dim()) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat(at, ": rows of dim ", mine->dim, ", the table's dim is ",
+                     spec_.dim())));
+  }
+  if (WireDType(mine->dtype) != WireDType(spec_.dtype())) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        at, ": rows of dtype ", DType_Name(WireDType(mine->dtype)),
+        ", the table's dtype is ", DType_Name(WireDType(spec_.dtype())))));
+  }
+  if (static_cast<int64_t>(mine->keys.size()) != mine->num_rows) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        at, ": ", mine->keys.size(), " keys for ", mine->num_rows, " rows")));
+  }
+  if (absl::Status s = CheckKeysHere(mine->keys); !s.ok()) {
+    return refuse(
+        absl::InvalidArgumentError(absl::StrCat(at, ": ", s.message())));
+  }
+  gradient->keys = mine->keys;
+  gradient->grads.resize(static_cast<size_t>(mine->num_rows) * spec_.dim());
+  if (absl::Status s = WidenToFloat(WireDType(mine->dtype), mine->rows,
+                                    absl::MakeSpan(gradient->grads));
+      !s.ok()) {
+    return refuse(
+        absl::InvalidArgumentError(absl::StrCat(at, ": ", s.message())));
+  }
+  if (!allow_nonfinite_) {
+    for (size_t i = 0; i < gradient->grads.size(); ++i) {
+      if (!std::isfinite(gradient->grads[i])) {
+        const size_t row = i / spec_.dim();
+        return refuse(absl::InvalidArgumentError(absl::StrCat(
+            at, ": the gradient of key ", mine->keys[row], " holds ",
+            gradient->grads[i], " at element ", i % spec_.dim(),
+            "; nothing of the push was applied")));
+      }
+    }
+  }
+  gradient->bytes = static_cast<int64_t>(mine->rows.size() +
+                                         mine->keys.size() * sizeof(uint64_t));
+  if (apply_now) {
+    // The rows this push creates must fit before any table changes.
+    absl::StatusOr<SparseRowMap::Reservation> reservation = rows_->Reserve(
+        gradient->keys, version_.load(std::memory_order_relaxed));
+    if (!reservation.ok()) return refuse(reservation.status());
+    gradient->reservation = *std::move(reservation);
+  }
+  return gradient;
+}
+
+void SparseTable::ApplyRows(absl::Span<const uint64_t> keys, const float* grads,
+                            float lr, float scale, int64_t version) {
+  const int dim = spec_.dim();
+  auto init = [this](uint64_t key, float* values) { InitRow(key, values); };
+  auto apply = [&](size_t i, RowRef row) {
+    if (row.values == nullptr) {
+      dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    optimizer_->Apply(lr, scale, grads + i * dim, row.values, row.values + dim,
+                      &row.meta->steps, dim);
+  };
+  if (!rows_->ForRows(keys, version, /*create=*/true, init, apply).ok()) {
+    // At capacity: the existing rows take their gradients, the others drop
+    // theirs.
+    (void)rows_->ForRows(keys, version, /*create=*/false, init, apply);
+  }
+}
+
+absl::Status SparseTable::ApplyNow(const PushArgs&, PreparedGradient& gradient,
+                                   UpdateRate rate) {
+  auto& g = static_cast<SparseGradient&>(gradient);
+  if (g.keys.empty()) return absl::OkStatus();
+  NoteVersion(rate.step);
+  const float lr = optimizer_->LearningRate(rate.step) / rate.divisor;
+  const int dim = spec_.dim();
+  absl::Status s = rows_->ForRows(
+      g.keys, rate.step, /*create=*/true,
+      [this](uint64_t key, float* values) { InitRow(key, values); },
+      [&](size_t i, RowRef row) {
+        optimizer_->Apply(lr, 1.0f, g.grads.data() + i * dim, row.values,
+                          row.values + dim, &row.meta->steps, dim);
+      },
+      &g.reservation);
+  if (s.ok()) {
+    rows_pushed_.fetch_add(static_cast<int64_t>(g.keys.size()),
+                           std::memory_order_relaxed);
+  }
+  return s;
+}
+
+SparseTable::WorkerStage& SparseTable::StageOf(int64_t worker_id) {
+  absl::MutexLock l(&stage_mu_);
+  std::unique_ptr<WorkerStage>& stage = stages_[worker_id];
+  if (stage == nullptr) stage = std::make_unique<WorkerStage>();
+  return *stage;
+}
+
+StageResult SparseTable::Stage(const PushArgs&, PreparedGradient& gradient,
+                               const StageRequest& request) {
+  auto& g = static_cast<SparseGradient&>(gradient);
+  if (g.keys.empty()) return {};
+  const size_t dim = spec_.dim();
+  WorkerStage& stage = StageOf(request.worker_id);
+  absl::MutexLock l(&stage.mu);
+  if (stage.step != request.step) {
+    // What it staged for an earlier step was dropped at that step's close.
+    stage.step = request.step;
+    stage.index.clear();
+    stage.sums.clear();
+  }
+  for (size_t i = 0; i < g.keys.size(); ++i) {
+    auto [it, inserted] = stage.index.try_emplace(
+        g.keys[i], static_cast<uint32_t>(stage.sums.size() / dim));
+    const float* src = g.grads.data() + i * dim;
+    if (inserted) {
+      stage.sums.insert(stage.sums.end(), src, src + dim);
+    } else {
+      float* dst = stage.sums.data() + size_t{it->second} * dim;
+      for (size_t k = 0; k < dim; ++k) dst[k] += src[k];
+    }
+  }
+  rows_pushed_.fetch_add(static_cast<int64_t>(g.keys.size()),
+                         std::memory_order_relaxed);
+  return {};
+}
+
+void SparseTable::ApplyStep(int64_t step, absl::Span<const int64_t> workers,
+                            ApplyPool&) {
+  NoteVersion(step + 1);
+  const size_t dim = spec_.dim();
+  // The sum over the step's workers, per key.
+  absl::flat_hash_map<uint64_t, uint32_t> index;
+  std::vector<uint64_t> keys;
+  std::vector<float> sums;
+  absl::MutexLock sl(&stage_mu_);
+  for (auto& [worker, stage] : stages_) {
+    absl::MutexLock l(&stage->mu);
+    const bool counted =
+        stage->step == step &&
+        std::find(workers.begin(), workers.end(), worker) != workers.end();
+    if (counted) {
+      for (const auto& [key, at] : stage->index) {
+        const float* src = stage->sums.data() + size_t{at} * dim;
+        auto [it, inserted] =
+            index.try_emplace(key, static_cast<uint32_t>(keys.size()));
+        if (inserted) {
+          keys.push_back(key);
+          sums.insert(sums.end(), src, src + dim);
+        } else {
+          float* dst = sums.data() + size_t{it->second} * dim;
+          for (size_t k = 0; k < dim; ++k) dst[k] += src[k];
+        }
+      }
+    } else if (stage->step <= step) {
+      // A late or backup worker's gradient of a closed step: dropped.
+      dropped_gradients_.fetch_add(static_cast<int64_t>(stage->index.size()),
+                                   std::memory_order_relaxed);
+    }
+    if (stage->step <= step) {
+      stage->step = -1;
+      stage->index.clear();
+      stage->sums.clear();
+    }
+  }
+  if (keys.empty() || workers.empty()) return;
+  ApplyRows(keys, sums.data(), optimizer_->LearningRate(step),
+            1.0f / static_cast<float>(workers.size()), step + 1);
+}
+
+absl::Status SparseTable::CheckPull(const PullArgs& args) const {
+  for (const SparseRowsView& s : args.sparse) {
+    if (s.table != table_index_) continue;
+    const std::string at =
+        absl::StrCat("pull of sparse table '", spec_.name(), "' (table ",
+                     table_index_, ") of job '", job_id_, "'");
+    if (s.dim != 0 && s.dim != spec_.dim()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": dim ", s.dim, " asked, the table's dim is ",
+                       spec_.dim(), " (or ask 0)"));
+    }
+    if (DTypeSize(WireDType(s.dtype)) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": unknown dtype ", static_cast<int>(s.dtype)));
+    }
+    if (static_cast<int64_t>(s.keys.size()) != s.num_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ": ", s.keys.size(), " keys for num_rows ", s.num_rows));
+    }
+    if (absl::Status st = CheckKeysHere(s.keys); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": ", st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> SparseTable::Pull(const PullArgs& args,
+                                          const PullSinks& sinks) {
+  if (sinks.sparse == nullptr) return 0;
+  const int dim = spec_.dim();
+  int64_t bytes = 0;
+  for (size_t e = 0; e < args.sparse.size(); ++e) {
+    const SparseRowsView& s = args.sparse[e];
+    if (s.table != table_index_) continue;
+    const DType dtype =
+        s.dtype == DTYPE_UNSPECIFIED ? WireDType(spec_.dtype()) : s.dtype;
+    const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(dtype);
+    char* out = (*sinks.sparse)(e, dtype, dim, s.num_rows);
+    absl::Status st = rows_->ForRows(
+        s.keys, version_.load(std::memory_order_relaxed), /*create=*/true,
+        [this](uint64_t key, float* values) { InitRow(key, values); },
+        [&](size_t i, RowRef row) {
+          char* dst = out + i * row_bytes;
+          if (dtype == FLOAT32) {
+            std::memcpy(dst, row.values, row_bytes);
+          } else {
+            NarrowFromFloat(dtype, absl::MakeConstSpan(row.values, dim), dst);
+          }
+        });
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("pull of job '", job_id_,
+                                                  "': ", st.message()));
+    }
+    rows_pulled_.fetch_add(s.num_rows, std::memory_order_relaxed);
+    bytes += static_cast<int64_t>(row_bytes) * s.num_rows;
+  }
+  return bytes;
+}
+
+bool SparseTable::ForEachPulledPart(const PullArgs& args,
+                                    absl::FunctionRef<bool(int)>) const {
+  // Rows are applied only when a step closes: a pull of them never reads
+  // ahead of the job.
+  for (const SparseRowsView& s : args.sparse) {
+    if (s.table == table_index_) return false;
+  }
+  return true;
+}
+
+void SparseTable::Snapshot(int64_t, CheckpointData* data) {
+  // Under the job's apply_mu held exclusively: no update runs, and rows are
+  // never applied ahead of a BSP step's close, so every row is at `version`.
+  CheckpointSparseTable& t = data->sparse_tables.emplace_back();
+  t.name = spec_.name();
+  t.row_floats = rows_->row_floats();
+  const int64_t n = rows_->rows();
+  t.keys.reserve(n);
+  t.steps.reserve(n);
+  t.values.reserve(n * t.row_floats);
+  rows_->ForEachRow([&](const RowMeta& meta, absl::Span<const float> values) {
+    t.keys.push_back(meta.key);
+    t.steps.push_back(meta.steps);
+    t.values.insert(t.values.end(), values.begin(), values.end());
+  });
+}
+
+const CheckpointSparseTable* SparseTable::FindIn(
+    const CheckpointData& file) const {
+  for (const CheckpointSparseTable& t : file.sparse_tables) {
+    if (t.name == spec_.name()) return &t;
+  }
+  return nullptr;
+}
+
+absl::Status SparseTable::CheckRestore(
+    const std::vector<CheckpointData>& files) const {
+  for (const CheckpointData& file : files) {
+    const CheckpointSparseTable* t = FindIn(file);
+    if (t == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint of shard ", file.shard_index, " of ", file.num_shards,
+          " holds no rows of sparse table '", spec_.name(), "'"));
+    }
+    if (t->row_floats != rows_->row_floats()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sparse table '", spec_.name(), "' was checkpointed with ",
+          t->row_floats,
+          " floats a row (weights and optimizer slots), the "
+          "job has ",
+          rows_->row_floats(), " (another dim or optimizer kind)"));
+    }
+    if (t->keys.size() != t->steps.size() ||
+        t->values.size() != t->keys.size() * t->row_floats) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sparse table '", spec_.name(), "' in the checkpoint of shard ",
+          file.shard_index, " has inconsistent sizes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SparseTable::Restore(const std::vector<CheckpointData>& files) {
+  rows_->Clear();
+  {
+    absl::MutexLock l(&stage_mu_);
+    stages_.clear();
+  }
+  int64_t version = 0;
+  for (const CheckpointData& file : files) {
+    version = std::max(version, file.version);
+  }
+  version_.store(version, std::memory_order_relaxed);
+  for (const CheckpointData& file : files) {
+    const CheckpointSparseTable* t = FindIn(file);
+    if (t == nullptr) continue;  // CheckRestore refused that
+    for (size_t i = 0; i < t->keys.size(); ++i) {
+      // Rows re-placed by key: a checkpoint of N shards restores onto M.
+      if (KeyShard(salt_, t->keys[i], num_shards_) != shard_index_) continue;
+      RowMeta meta;
+      meta.key = t->keys[i];
+      meta.steps = t->steps[i];
+      meta.touched = version;
+      // A checkpoint of more rows than the capacity keeps what fits (LRU:
+      // the last ones).
+      (void)rows_->Put(meta,
+                       absl::MakeConstSpan(t->values.data() + i * t->row_floats,
+                                           t->row_floats));
+    }
+  }
+}
+
+SparseTableStatus SparseTable::Status() const {
+  SparseTableStatus s;
+  s.set_name(spec_.name());
+  s.set_rows(rows_->rows());
+  s.set_bytes(rows_->bytes());
+  s.set_capacity(spec_.capacity());
+  s.set_evictions(rows_->evictions());
+  s.set_rows_pulled(rows_pulled_.load(std::memory_order_relaxed));
+  s.set_rows_pushed(rows_pushed_.load(std::memory_order_relaxed));
+  s.set_dropped_gradients(dropped_gradients_.load(std::memory_order_relaxed));
+  s.set_rejected_gradients(rejected_gradients_.load(std::memory_order_relaxed));
+  return s;
+}
+
+}  // namespace ps::server
