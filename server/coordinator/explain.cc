@@ -103,6 +103,22 @@ std::string FormatExplanation(const ExplainInput& in) {
     absl::StrAppend(&t, "  blocked pulls ", s.blocked_pulls(), "  pushes ",
                     s.pushes(), " (dropped ", s.dropped_pushes(), ", rejected ",
                     s.rejected_pushes(), ")\n");
+    for (const SparseTableStatus& st : s.sparse_tables()) {
+      absl::StrAppend(
+          &t, "    sparse table ", st.name(), ": ", st.rows(), " rows",
+          st.capacity() > 0 ? absl::StrCat(" of ", st.capacity()) : "", ", ",
+          st.bytes() >> 20, " MiB, rows pushed ", st.rows_pushed(), ", pulled ",
+          st.rows_pulled(), ", evicted ", st.evictions(), ", admitted ",
+          st.admissions(), ", gradients dropped ", st.dropped_gradients(),
+          ", rejected ", st.rejected_gradients(), "\n");
+      if (st.capacity() > 0 && st.rows() >= st.capacity() &&
+          st.evictions() == 0) {
+        diagnosis.push_back(absl::StrCat(
+            "sparse table ", st.name(), " is full on shard ", i,
+            " and evicts nothing: new keys fail (raise capacity or set "
+            "eviction)"));
+      }
+    }
   }
   if (r.slots_size() > 0) {
     absl::StrAppend(&t,

@@ -90,6 +90,23 @@ TEST(Explain, SaysWhatBlocksTheJob) {
          {"ASP: no staleness bound", "6.50", "diagnosis: nothing is blocked"}});
   }
   {
+    ExplainInput in = Running(ConsistencySpec::ASP);
+    SparseTableStatus* t = in.shards[0]->add_sparse_tables();
+    t->set_name("emb");
+    t->set_rows(1000);
+    t->set_capacity(1000);
+    t->set_bytes(3 << 20);
+    t->set_rows_pushed(5000);
+    t->set_dropped_gradients(7);
+    cases.push_back(
+        {"a full sparse table",
+         in,
+         {"sparse table emb: 1000 rows of 1000, 3 MiB, rows pushed 5000",
+          "gradients dropped 7",
+          "diagnosis: sparse table emb is full on shard 0 and evicts "
+          "nothing"}});
+  }
+  {
     // The VM: one worker's OpenBLAS on its generic core.
     ExplainInput in = Running(ConsistencySpec::BSP);
     in.members[10].set_blas_core("SkylakeX");

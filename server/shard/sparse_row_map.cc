@@ -177,7 +177,8 @@ void SparseRowMap::Expire(Stripe& st, int64_t version) {
 }
 
 absl::StatusOr<SparseRowMap::Reservation> SparseRowMap::Reserve(
-    absl::Span<const uint64_t> keys, int64_t version) {
+    absl::Span<const uint64_t> keys, int64_t version,
+    absl::Span<const uint8_t> admit) {
   Reservation reservation;
   if (!Bounded()) return reservation;
   const Grouping g = Group(keys);
@@ -188,7 +189,10 @@ absl::StatusOr<SparseRowMap::Reservation> SparseRowMap::Reserve(
     absl::MutexLock l(&st.mu);
     Expire(st, version);
     for (uint32_t j = g.start[s]; j < g.start[s + 1]; ++j) {
-      if (!st.index.contains(keys[g.order[j]])) ++missing;
+      const uint32_t i = g.order[j];
+      if (!st.index.contains(keys[i]) && (admit.empty() || admit[i])) {
+        ++missing;
+      }
     }
   }
   // Repeated keys (a pull's) count twice: a conservative reservation.
@@ -211,11 +215,11 @@ absl::StatusOr<SparseRowMap::Reservation> SparseRowMap::Reserve(
 absl::Status SparseRowMap::ForRows(
     absl::Span<const uint64_t> keys, int64_t version, bool create,
     absl::FunctionRef<void(uint64_t key, float* values)> init,
-    absl::FunctionRef<void(size_t i, RowRef row)> fn,
-    Reservation* reservation) {
+    absl::FunctionRef<void(size_t i, RowRef row)> fn, Reservation* reservation,
+    absl::Span<const uint8_t> admit) {
   Reservation own;
   if (create && Bounded() && reservation == nullptr) {
-    absl::StatusOr<Reservation> r = Reserve(keys, version);
+    absl::StatusOr<Reservation> r = Reserve(keys, version, admit);
     if (!r.ok()) return r.status();
     own = *std::move(r);
     reservation = &own;
@@ -235,7 +239,7 @@ absl::Status SparseRowMap::ForRows(
       if (it != st.index.end()) {
         r = it->second;
         if (recency) Unlink(st, r);
-      } else if (!create) {
+      } else if (!create || (!admit.empty() && !admit[i])) {
         fn(i, RowRef{});
         continue;
       } else {

@@ -17,11 +17,11 @@
 // not touched for ttl_versions versions from the tail of each stripe's
 // recency list whenever a call visits the stripe (so an idle stripe keeps
 // its expired rows until visited), and at capacity a TTL table first
-// expires in every stripe, then fails as NONE. LRU splits the capacity over the stripes
-// (ceil(capacity / stripes) each; fewer stripes for small capacities, one
-// below 2048 rows, so that LRU is exact there) and a new row evicts the least
-// recently touched row of its stripe: LRU per stripe, which approaches the
-// table-wide order as stripes hold many rows.
+// expires in every stripe, then fails as NONE. LRU splits the capacity over the
+// stripes (ceil(capacity / stripes) each; fewer stripes for small capacities,
+// one below 2048 rows, so that LRU is exact there) and a new row evicts the
+// least recently touched row of its stripe: LRU per stripe, which approaches
+// the table-wide order as stripes hold many rows.
 //
 // Thread safety: every method is thread-safe. Calls on keys of different
 // stripes run in parallel; a call locks one stripe at a time, in ascending
@@ -113,19 +113,21 @@ class SparseRowMap {
   // RESOURCE_EXHAUSTED if the rows would not fit the capacity (NONE, TTL),
   // and then nothing is created or called.
   // With `reservation` (from Reserve for the same keys), the rows come out
-  // of it and the call does not fail.
+  // of it and the call does not fail. Non-empty `admit`: only keys[i] with
+  // admit[i] may get a new row (an admission filter's verdict).
   absl::Status ForRows(
       absl::Span<const uint64_t> keys, int64_t version, bool create,
       absl::FunctionRef<void(uint64_t key, float* values)> init,
       absl::FunctionRef<void(size_t i, RowRef row)> fn,
-      Reservation* reservation = nullptr);
+      Reservation* reservation = nullptr, absl::Span<const uint8_t> admit = {});
 
   // NONE and TTL with a capacity: reserves the rows that ForRows(keys,
   // version, create) would create (expiring TTL rows first), or
   // RESOURCE_EXHAUSTED naming the table and shard. Otherwise an empty
   // reservation.
   absl::StatusOr<Reservation> Reserve(absl::Span<const uint64_t> keys,
-                                      int64_t version);
+                                      int64_t version,
+                                      absl::Span<const uint8_t> admit = {});
 
   // Calls fn(row) for every row, stripe by stripe under its lock.
   void ForEachRow(absl::FunctionRef<void(const RowMeta& meta,

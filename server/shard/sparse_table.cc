@@ -68,7 +68,10 @@ SparseTable::SparseTable(const std::string& job_id, const JobSpec& spec,
                               .num_slots = optimizer_->num_slots(),
                               .capacity = spec_.capacity(),
                               .eviction = spec_.eviction(),
-                              .ttl_versions = spec_.ttl_versions()})) {}
+                              .ttl_versions = spec_.ttl_versions()})),
+      admission_(spec_.has_admission()
+                     ? std::make_unique<AdmissionFilter>(spec_.admission())
+                     : nullptr) {}
 
 SparseTable::~SparseTable() = default;
 
@@ -79,6 +82,25 @@ void SparseTable::InitRow(uint64_t key, float* values) const {
                                   absl::MakeSpan(values, dim));
   optimizer_->InitSlots(
       absl::MakeSpan(values + dim, dim * optimizer_->num_slots()));
+}
+
+void SparseTable::CreateRow(uint64_t key, float* values) {
+  InitRow(key, values);
+  if (admission_ != nullptr) {
+    admissions_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+std::vector<uint8_t> SparseTable::Admit(absl::Span<const uint64_t> keys,
+                                        bool count) {
+  std::vector<uint8_t> admit;
+  if (admission_ == nullptr) return admit;
+  admit.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    admit[i] =
+        count ? admission_->Count(keys[i]) : admission_->Admitted(keys[i]);
+  }
+  return admit;
 }
 
 absl::Status SparseTable::CheckKeysHere(absl::Span<const uint64_t> keys) const {
@@ -169,7 +191,8 @@ absl::StatusOr<std::unique_ptr<PreparedGradient>> SparseTable::Prepare(
 void SparseTable::ApplyRows(absl::Span<const uint64_t> keys, const float* grads,
                             float lr, float scale, int64_t version) {
   const int dim = spec_.dim();
-  auto init = [this](uint64_t key, float* values) { InitRow(key, values); };
+  auto init = [this](uint64_t key, float* values) { CreateRow(key, values); };
+  const std::vector<uint8_t> admit = Admit(keys, /*count=*/false);
   auto apply = [&](size_t i, RowRef row) {
     if (row.values == nullptr) {
       dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
@@ -178,7 +201,10 @@ void SparseTable::ApplyRows(absl::Span<const uint64_t> keys, const float* grads,
     optimizer_->Apply(lr, scale, grads + i * dim, row.values, row.values + dim,
                       &row.meta->steps, dim);
   };
-  if (!rows_->ForRows(keys, version, /*create=*/true, init, apply).ok()) {
+  if (!rows_
+           ->ForRows(keys, version, /*create=*/true, init, apply, nullptr,
+                     admit)
+           .ok()) {
     // At capacity: the existing rows take their gradients, the others drop
     // theirs.
     (void)rows_->ForRows(keys, version, /*create=*/false, init, apply);
@@ -192,14 +218,19 @@ absl::Status SparseTable::ApplyNow(const PushArgs&, PreparedGradient& gradient,
   NoteVersion(rate.step);
   const float lr = optimizer_->LearningRate(rate.step) / rate.divisor;
   const int dim = spec_.dim();
+  const std::vector<uint8_t> admit = Admit(g.keys, /*count=*/true);
   absl::Status s = rows_->ForRows(
       g.keys, rate.step, /*create=*/true,
-      [this](uint64_t key, float* values) { InitRow(key, values); },
+      [this](uint64_t key, float* values) { CreateRow(key, values); },
       [&](size_t i, RowRef row) {
+        if (row.values == nullptr) {  // not admitted yet
+          dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
         optimizer_->Apply(lr, 1.0f, g.grads.data() + i * dim, row.values,
                           row.values + dim, &row.meta->steps, dim);
       },
-      &g.reservation);
+      &g.reservation, admit);
   if (s.ok()) {
     rows_pushed_.fetch_add(static_cast<int64_t>(g.keys.size()),
                            std::memory_order_relaxed);
@@ -219,6 +250,7 @@ StageResult SparseTable::Stage(const PushArgs&, PreparedGradient& gradient,
   auto& g = static_cast<SparseGradient&>(gradient);
   if (g.keys.empty()) return {};
   const size_t dim = spec_.dim();
+  Admit(g.keys, /*count=*/true);  // seen once per push; decided at the close
   WorkerStage& stage = StageOf(request.worker_id);
   absl::MutexLock l(&stage.mu);
   if (stage.step != request.step) {
@@ -324,17 +356,26 @@ absl::StatusOr<int64_t> SparseTable::Pull(const PullArgs& args,
         s.dtype == DTYPE_UNSPECIFIED ? WireDType(spec_.dtype()) : s.dtype;
     const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(dtype);
     char* out = (*sinks.sparse)(e, dtype, dim, s.num_rows);
+    const std::vector<uint8_t> admit = Admit(s.keys, /*count=*/false);
+    std::vector<float> scratch;
     absl::Status st = rows_->ForRows(
         s.keys, version_.load(std::memory_order_relaxed), /*create=*/true,
-        [this](uint64_t key, float* values) { InitRow(key, values); },
+        [this](uint64_t key, float* values) { CreateRow(key, values); },
         [&](size_t i, RowRef row) {
+          if (row.values == nullptr) {
+            // Not admitted: the initializer's row, not kept.
+            scratch.resize(rows_->row_floats());
+            InitRow(s.keys[i], scratch.data());
+            row.values = scratch.data();
+          }
           char* dst = out + i * row_bytes;
           if (dtype == FLOAT32) {
             std::memcpy(dst, row.values, row_bytes);
           } else {
             NarrowFromFloat(dtype, absl::MakeConstSpan(row.values, dim), dst);
           }
-        });
+        },
+        nullptr, admit);
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("pull of job '", job_id_,
                                                   "': ", st.message()));
@@ -441,7 +482,9 @@ SparseTableStatus SparseTable::Status() const {
   SparseTableStatus s;
   s.set_name(spec_.name());
   s.set_rows(rows_->rows());
-  s.set_bytes(rows_->bytes());
+  s.set_bytes(rows_->bytes() +
+              (admission_ != nullptr ? admission_->bytes() : 0));
+  s.set_admissions(admissions_.load(std::memory_order_relaxed));
   s.set_capacity(spec_.capacity());
   s.set_evictions(rows_->evictions());
   s.set_rows_pulled(rows_pulled_.load(std::memory_order_relaxed));

@@ -21,6 +21,14 @@
 // At a BSP step close a row that no longer fits the capacity drops its
 // gradient (counted in dropped_gradients).
 //
+// Admission filter (AdmissionSpec, admission_filter.h): each push counts
+// its keys (BSP: when staged); a key without a row gets one only once its
+// count reaches min_count (ASP/SSP: in the push that reaches it; BSP: at
+// the close of the step that reaches it), and until then its gradients are
+// dropped (dropped_gradients) and its pulls answer the initializer's row
+// without creating one. `admissions` counts the rows created behind the
+// filter.
+//
 // Checkpoints hold the rows by key with their slots and step counts; a
 // restore keeps the rows whose keys this shard owns now, whatever the
 // number of shards the files were written on.
@@ -46,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/config.pb.h"
 #include "proto/parameter_service.pb.h"
+#include "server/shard/admission_filter.h"
 #include "server/shard/sparse_optimizer.h"
 #include "server/shard/sparse_row_map.h"
 #include "server/shard/table.h"
@@ -103,6 +112,12 @@ class SparseTable final : public Table {
 
   // Writes a new row: the initializer's weights, the optimizer's slots.
   void InitRow(uint64_t key, float* values) const;
+  // InitRow of a row being created, counted as an admission behind a
+  // filter.
+  void CreateRow(uint64_t key, float* values);
+  // With an admission filter: whether each key may get a row, by `count`
+  // (a push's sighting) or by what was counted; empty without a filter.
+  std::vector<uint8_t> Admit(absl::Span<const uint64_t> keys, bool count);
   // INVALID_ARGUMENT naming the first key of `keys` that another shard
   // owns.
   absl::Status CheckKeysHere(absl::Span<const uint64_t> keys) const;
@@ -126,6 +141,7 @@ class SparseTable final : public Table {
   const uint64_t row_seed_;  // initializer
   const std::unique_ptr<SparseOptimizer> optimizer_;
   const std::unique_ptr<SparseRowMap> rows_;
+  const std::unique_ptr<AdmissionFilter> admission_;  // null: none
   // The newest version a push or step close told the table (rows' recency).
   std::atomic<int64_t> version_{0};
 
@@ -135,7 +151,7 @@ class SparseTable final : public Table {
 
   // Counters (SparseTableStatus).
   mutable std::atomic<int64_t> rows_pulled_{0}, rows_pushed_{0},
-      dropped_gradients_{0}, rejected_gradients_{0};
+      dropped_gradients_{0}, rejected_gradients_{0}, admissions_{0};
 };
 
 }  // namespace ps::server

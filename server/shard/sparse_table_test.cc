@@ -459,5 +459,56 @@ TEST(SparseTable, CheckpointOnTwoShardsRestoresOntoThree) {
   EXPECT_EQ(rows_of(three), rows_of(two));
 }
 
+// With an admission filter of 2, a key gets its row on its second push:
+// until then pulls read the initializer's row without creating one and
+// gradients are dropped and counted.
+TEST(SparseTable, AdmissionFilterAdmitsOnTheKthPush) {
+  FakeClock clock;
+  auto store = NewStore(&clock);
+  JobSpec spec = SparseSpec(ConsistencySpec::ASP);
+  spec.mutable_model()
+      ->mutable_sparse_tables(0)
+      ->mutable_admission()
+      ->set_min_count(2);
+  ASSERT_TRUE(store->SetupJob(JobSetup(spec, {1})).ok());
+  const std::vector<float> init = InitialRow(spec, 9);
+  EXPECT_EQ(*PullRows(*store, {9}), init);
+  auto table_status = [&] {
+    return store->GetShardStatus("job1")->sparse_tables(0);
+  };
+  EXPECT_EQ(table_status().rows(), 0);
+  ASSERT_TRUE(PushRows(*store, 1, 1, 0, Grads({9}, kDim, 1.0f), false).ok());
+  EXPECT_EQ(*PullRows(*store, {9}), init);
+  EXPECT_EQ(table_status().rows(), 0);
+  EXPECT_EQ(table_status().dropped_gradients(), 1);
+  ASSERT_TRUE(PushRows(*store, 1, 2, 0, Grads({9}, kDim, 1.0f), false).ok());
+  const std::vector<float> w = *PullRows(*store, {9});
+  for (int k = 0; k < kDim; ++k) EXPECT_FLOAT_EQ(w[k], init[k] - 1.0f);
+  EXPECT_EQ(table_status().rows(), 1);
+  EXPECT_EQ(table_status().admissions(), 1);
+  EXPECT_EQ(table_status().dropped_gradients(), 1);
+}
+
+// LRU at capacity through the store: the least recently touched row goes,
+// and its key starts again from the initializer.
+TEST(SparseTable, LruEvictionThroughTheStore) {
+  FakeClock clock;
+  auto store = NewStore(&clock);
+  JobSpec spec = SparseSpec(ConsistencySpec::ASP);
+  spec.mutable_model()->mutable_sparse_tables(0)->set_capacity(2);
+  spec.mutable_model()->mutable_sparse_tables(0)->set_eviction(
+      SparseTableSpec::LRU);
+  ASSERT_TRUE(store->SetupJob(JobSetup(spec, {1})).ok());
+  ASSERT_TRUE(PushRows(*store, 1, 1, 0, Grads({1, 2}, kDim, 1.0f), false).ok());
+  ASSERT_TRUE(PushRows(*store, 1, 2, 0, Grads({1}, kDim, 1.0f), false).ok());
+  ASSERT_TRUE(PushRows(*store, 1, 3, 0, Grads({3}, kDim, 1.0f), false).ok());
+  auto status = store->GetShardStatus("job1")->sparse_tables(0);
+  EXPECT_EQ(status.rows(), 2);
+  EXPECT_EQ(status.evictions(), 1);
+  EXPECT_EQ(status.capacity(), 2);
+  EXPECT_FLOAT_EQ((*PullRows(*store, {1}))[0], InitialRow(spec, 1)[0] - 2.0f);
+  EXPECT_EQ(*PullRows(*store, {2}), InitialRow(spec, 2));  // evicted
+}
+
 }  // namespace
 }  // namespace ps::server

@@ -1,0 +1,193 @@
+// Sparse tables in process, through the shard store (no gRPC):
+//   memory   the shard's resident memory per row after 10^6 rows are created
+//            (by pulls), next to the bound of 1.3 x (row + optimizer
+//            slots) + 48 bytes and the table's own count (SparseTableStatus
+//            bytes);
+//   push     ASP pushes of 4096 unique keys (drawn Zipf(1.05) from 10^7) x
+//            dim, rows/s;
+//   pull     pulls of the same batches, rows/s.
+// For dim 16 and 64, SGD and Adam (two slots).
+//
+//   bazel run -c opt //server/shard:sparse_table_benchmark
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/payload_codec.h"
+#include "proto/config.pb.h"
+#include "server/shard/shard_store.h"
+
+namespace ps::server {
+namespace {
+
+int64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+JobSpec Spec(int dim, OptimizerSpec::Kind kind) {
+  JobSpec spec;
+  spec.set_name("bench");
+  spec.set_num_workers(1);
+  spec.mutable_consistency()->set_model(ConsistencySpec::ASP);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.01f);
+  TensorSpec* t = spec.mutable_model()->add_tensors();
+  t->set_name("bias");
+  t->add_shape(16);
+  SparseTableSpec* table = spec.mutable_model()->add_sparse_tables();
+  table->set_name("emb");
+  table->set_dim(dim);
+  table->mutable_optimizer()->set_kind(kind);
+  table->mutable_optimizer()->set_learning_rate(0.01f);
+  return spec;
+}
+
+// Batches of `batch` unique keys, Zipf(s) over [0, n) by rejection-free
+// inverse CDF on a precomputed table of the head and a power-law tail.
+std::vector<std::vector<uint64_t>> ZipfBatches(int batches, int batch,
+                                               uint64_t n, double s) {
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  // Inverse of the continuous approximation of the Zipf CDF.
+  const double a = 1.0 - s;
+  const double hn = (std::pow(static_cast<double>(n), a) - 1.0) / a;
+  std::vector<std::vector<uint64_t>> out(batches);
+  for (auto& keys : out) {
+    absl::flat_hash_set<uint64_t> seen;
+    while (static_cast<int>(keys.size()) < batch) {
+      const double x = std::pow(1.0 + a * hn * u(rng), 1.0 / a);
+      const uint64_t k = std::min<uint64_t>(n - 1, static_cast<uint64_t>(x));
+      if (seen.insert(k).second) keys.push_back(k);
+    }
+  }
+  return out;
+}
+
+PullArgs PullOf(const std::vector<uint64_t>& keys) {
+  PullArgs args;
+  args.job_id = "bench";
+  args.worker_id = 1;
+  args.sparse_only = true;
+  SparseRowsView v;
+  v.table = 0;
+  v.num_rows = static_cast<int64_t>(keys.size());
+  v.keys = keys;
+  args.sparse.push_back(v);
+  return args;
+}
+
+void Run(int dim, OptimizerSpec::Kind kind) {
+  ShardStoreOptions options;
+  auto store = *ShardStore::Create(options);
+  SetupJobRequest setup;
+  setup.set_job_id("bench");
+  *setup.mutable_spec() = Spec(dim, kind);
+  setup.set_num_shards(1);
+  setup.add_worker_ids(1);
+  if (!store->SetupJob(setup).ok()) std::abort();
+  std::string out;
+  auto sink_fn = [&](size_t, DType d, int32_t row_dim, int64_t n) {
+    out.resize(n * row_dim * DTypeSize(d));
+    return out.data();
+  };
+  const SparseSink sink = sink_fn;
+  auto no_chunks = [](const Chunk&, absl::Span<const float>,
+                      const WeightsRef&) {};
+
+  // Memory: 10^6 rows created by pulls of 4096 keys.
+  constexpr int64_t kRows = 1000000;
+  const int64_t rss_before = RssBytes();
+  std::vector<uint64_t> keys;
+  for (int64_t k = 0; k < kRows; k += 4096) {
+    keys.clear();
+    for (int64_t j = k; j < std::min(kRows, k + 4096); ++j) {
+      keys.push_back(static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ull);
+    }
+    if (!store
+             ->PullWithRows(PullOf(keys), absl::InfiniteFuture(), no_chunks,
+                            &sink)
+             .ok()) {
+      std::abort();
+    }
+  }
+  const double per_row = static_cast<double>(RssBytes() - rss_before) / kRows;
+  const int slots = kind == OptimizerSpec::ADAM ? 2 : 0;
+  const double row_and_slots = 4.0 * dim * (1 + slots);
+  const auto status = *store->GetShardStatus("bench");
+  const double counted =
+      static_cast<double>(status.sparse_tables(0).bytes()) / kRows;
+
+  // Push and pull rows/s on Zipf batches of 4096 keys.
+  const auto batches = ZipfBatches(64, 4096, 10000000, 1.05);
+  std::vector<float> grads(4096 * dim, 0.001f);
+  const absl::string_view grad_bytes(reinterpret_cast<char*>(grads.data()),
+                                     grads.size() * sizeof(float));
+  uint64_t seq = 1;
+  int64_t rows = 0;
+  absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(2)) {
+    for (const auto& b : batches) {
+      PushArgs args;
+      args.job_id = "bench";
+      args.worker_id = 1;
+      args.seq = seq++;
+      SparseRowsView v;
+      v.table = 0;
+      v.dtype = FLOAT32;
+      v.num_rows = static_cast<int64_t>(b.size());
+      v.dim = dim;
+      v.keys = b;
+      v.rows = grad_bytes;
+      args.sparse.push_back(v);
+      if (!store->Push(args, absl::InfiniteFuture()).ok()) std::abort();
+      rows += static_cast<int64_t>(b.size());
+    }
+  }
+  const double push_rate = rows / absl::ToDoubleSeconds(absl::Now() - start);
+  rows = 0;
+  start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(2)) {
+    for (const auto& b : batches) {
+      if (!store
+               ->PullWithRows(PullOf(b), absl::InfiniteFuture(), no_chunks,
+                              &sink)
+               .ok()) {
+        std::abort();
+      }
+      rows += static_cast<int64_t>(b.size());
+    }
+  }
+  const double pull_rate = rows / absl::ToDoubleSeconds(absl::Now() - start);
+  std::printf(
+      "dim %3d %-4s  memory/row %6.1f B (RSS; table's count %6.1f B; bound "
+      "1.3 x %4.0f + 48 = %6.1f B)  push %5.2f M rows/s  pull %5.2f M rows/s\n",
+      dim, kind == OptimizerSpec::ADAM ? "Adam" : "SGD", per_row, counted,
+      row_and_slots, 1.3 * row_and_slots + 48, push_rate / 1e6,
+      pull_rate / 1e6);
+}
+
+}  // namespace
+}  // namespace ps::server
+
+int main() {
+  for (int dim : {16, 64}) {
+    for (auto kind : {ps::OptimizerSpec::SGD, ps::OptimizerSpec::ADAM}) {
+      ps::server::Run(dim, kind);
+    }
+  }
+  return 0;
+}
