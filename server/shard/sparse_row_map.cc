@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -171,7 +172,8 @@ void SparseRowMap::Remove(Stripe& st, uint32_t r) {
 void SparseRowMap::Expire(Stripe& st, int64_t version) {
   if (options_.eviction != SparseTableSpec::TTL) return;
   while (st.tail != kNone &&
-         Meta(st, st.tail)->touched + options_.ttl_versions <= version) {
+         int64_t{Meta(st, st.tail)->touched} + options_.ttl_versions <=
+             version) {
     Remove(st, st.tail);
   }
 }
@@ -273,7 +275,8 @@ absl::Status SparseRowMap::ForRows(
         init(key, Values(st, r));
       }
       RowMeta* m = Meta(st, r);
-      m->touched = std::max(m->touched, version);
+      m->touched = static_cast<uint32_t>(std::clamp<int64_t>(
+          version, m->touched, std::numeric_limits<uint32_t>::max()));
       if (recency) PushFront(st, r);
       fn(i, RowRef{Values(st, r), m});
     }

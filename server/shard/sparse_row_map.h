@@ -6,9 +6,9 @@
 // (not key_placement's: a shard's keys share its top bits). A stripe has a
 // mutex, an index (absl::flat_hash_map key -> record number: 16 bytes a slot
 // plus a control byte, at a load of 7/16 to 7/8) and pages of 64 KiB of
-// records of 32 + 4 x dim x (1 + num_slots) bytes; freed records are reused.
-// So a row costs its weights and slots, 32 bytes of header and about 20-40
-// bytes of index (sparse_row_map_benchmark measures it at 10^6 rows).
+// records of 24 + 4 x dim x (1 + num_slots) bytes; freed records are reused.
+// So a row costs its weights and slots, 24 bytes of header and about 20-40
+// bytes of index (sparse_table_benchmark measures it at 10^6 rows).
 //
 // Capacity and eviction (SparseTableSpec): with NONE and TTL a table-wide
 // count holds the rows plus the rows that calls in flight have reserved, so
@@ -58,13 +58,16 @@ struct SparseRowMapOptions {
 };
 
 // The header of a row's record.
+// 24 bytes.
 struct RowMeta {
   uint64_t key = 0;
-  int64_t touched = 0;  // the version of its last pull or push
-  uint32_t steps = 0;   // optimizer updates (lazy Adam's step count)
-  uint32_t prev = 0;    // the stripe's recency list (LRU, TTL)
+  // The version of its last pull or push (saturating at 2^32 - 1).
+  uint32_t touched = 0;
+  uint32_t steps = 0;  // optimizer updates (lazy Adam's step count)
+  uint32_t prev = 0;   // the stripe's recency list (LRU, TTL)
   uint32_t next = 0;
 };
+static_assert(sizeof(RowMeta) == 24);
 
 // A row as callbacks see it: `values` is dim weights then the slots.
 struct RowRef {

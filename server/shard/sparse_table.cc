@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -468,7 +469,8 @@ void SparseTable::Restore(const std::vector<CheckpointData>& files) {
       RowMeta meta;
       meta.key = t->keys[i];
       meta.steps = t->steps[i];
-      meta.touched = version;
+      meta.touched = static_cast<uint32_t>(
+          std::min<int64_t>(version, std::numeric_limits<uint32_t>::max()));
       // A checkpoint of more rows than the capacity keeps what fits (LRU:
       // the last ones).
       (void)rows_->Put(meta,
