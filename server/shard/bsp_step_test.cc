@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/fake_clock.h"
 #include "server/shard/job.h"
@@ -189,6 +191,9 @@ TEST(ShardStore, BspAppliesAChunkAsSoonAsEveryWorkerHasPushedIt) {
   // told to come back once the step has closed here.
   auto too_soon = PushChunks(*store, 1, 3, 1, 1.0f, {0}, true);
   EXPECT_EQ(too_soon.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(too_soon.status().message(),
+                                "members 1, 2 have not ended step 0"))
+      << too_soon.status();
   // A chunk pushed again in the step after it was applied is dropped.
   ASSERT_TRUE(
       PushChunks(*store, 1, 2, 0, 100.0f, {0, 1, 2, 4}, true, true).ok());
@@ -208,6 +213,86 @@ TEST(ShardStore, BspAppliesAChunkAsSoonAsEveryWorkerHasPushedIt) {
   // The retried next-step push applies now (its sequence number was not
   // used up).
   ASSERT_TRUE(PushChunks(*store, 1, 3, 1, 1.0f, {0}, true).ok());
+}
+
+// A worker that joins while the open step has every chunk applied early
+// (by pushes of the others, admitted before it joined) is one of the
+// workers that step waits for. Its first pull must say the open step, not
+// the step after: a worker takes its clock from that version, and one told
+// the step is over never ends it, so the step never closes and its next
+// step's pushes are refused as "still closing" (fault_worker_test's
+// rejoin run, once under load). Its gradient of the chunks already applied
+// is dropped; its end of step closes the step. The same for a worker that
+// had pushed in the step, left and came back (a new process, fresh
+// sequence numbers).
+TEST(ShardStore, BspWorkerJoiningAStepWithChunksAppliedEarlyEndsThatStep) {
+  for (const int64_t joiner : {3, 2}) {
+    SCOPED_TRACE(joiner == 3 ? "a new worker" : "a worker that came back");
+    FakeClock clock;
+    auto store = NewStore(&clock);
+    ASSERT_TRUE(
+        store->SetupJob(JobSetup(MakeSpec(ConsistencySpec::BSP), {1, 2})).ok());
+    const std::vector<int64_t> all = {0, 1, 2, 3, 4};
+    ASSERT_TRUE(PushChunks(*store, 1, 1, 0, 1.0f, all, true).ok());
+    ASSERT_TRUE(PushChunks(*store, 2, 1, 0, 3.0f, all, true).ok());
+    EXPECT_EQ(Version(*store), 0);  // every chunk applied, the step open
+    UpdateMembershipRequest m;
+    m.set_job_id("job1");
+    m.add_worker_ids(1);
+    if (joiner == 2) {  // worker 2 leaves first
+      m.set_membership_epoch(1);
+      ASSERT_TRUE(store->UpdateMembership(m).ok());
+    }
+    m.set_membership_epoch(2);
+    m.add_worker_ids(2);
+    if (joiner == 3) m.add_worker_ids(3);
+    ASSERT_TRUE(store->UpdateMembership(m).ok());
+    // The joiner starts where its first pull says (worker/step_pipeline.cc,
+    // CatchUp).
+    int64_t joined_at = -1;
+    ExpectAll(Weights(*store, joiner, &joined_at), 1.0f - 2.0f);
+    EXPECT_EQ(joined_at, 0);
+    // The others end the step: it still waits for the joiner.
+    ASSERT_TRUE(PushChunks(*store, 1, 2, 0, 0.0f, {}, true, true).ok());
+    if (joiner == 3) {
+      ASSERT_TRUE(PushChunks(*store, 2, 2, 0, 0.0f, {}, true, true).ok());
+    }
+    EXPECT_EQ(Version(*store), 0);
+    // The answer to the others' end of step (a pull of the whole next
+    // step), timed out, says whom the step waits for.
+    PullArgs next;
+    next.job_id = "job1";
+    next.worker_id = 1;
+    next.min_version = 1;
+    next.whole_step = true;
+    absl::Status waiting = store
+                               ->Pull(next, Past(),
+                                      [](const Chunk&, absl::Span<const float>,
+                                         const WeightsRef&) {})
+                               .status();
+    EXPECT_EQ(waiting.code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_TRUE(absl::StrContains(
+        waiting.message(),
+        absl::StrCat("member ", joiner, " has not ended step 0 (",
+                     joiner == 3 ? "2 of 3" : "1 of 2", " ends counted)")))
+        << waiting;
+    auto joined =
+        PushValue(*store, joiner, 1, joined_at, 50.0f, true, joined_at);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    EXPECT_EQ(Version(*store), 1);
+    ExpectAll(Weights(*store), 1.0f - 2.0f);  // the joiner's gradient dropped
+    EXPECT_EQ(store->GetShardStatus("job1")->dropped_pushes(), 5);
+    // The next step counts every member.
+    const std::vector<int64_t> members = joiner == 3
+                                             ? std::vector<int64_t>{1, 2, 3}
+                                             : std::vector<int64_t>{1, 2};
+    for (int64_t w : members) {
+      const uint64_t seq = w == joiner ? 2 : 3;
+      ASSERT_TRUE(PushValue(*store, w, seq, 1, 3.0f, true, 1).ok()) << w;
+    }
+    EXPECT_EQ(Version(*store), 2);
+    ExpectAll(Weights(*store), 1.0f - 2.0f - 3.0f);
+  }
 }
 
 // Without chunks_final (a chunk may still get more of the step's gradient),

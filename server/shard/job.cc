@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/rpc.h"
 
 namespace ps::server {
@@ -24,6 +26,8 @@ bool Job::PushesLanded(int64_t worker_id, uint64_t seq) const {
 
 int64_t Job::PullVersion(const PullArgs& args) const {
   if (args.whole_step || early_step != version) return version;
+  auto w = workers.find(args.worker_id);
+  if (w == workers.end() || w->second.pushed_step != version) return version;
   for (size_t t = 0; t < tables.size(); ++t) {
     const std::vector<int64_t>& applied = early_applied[t];
     auto ahead = [&](int part) { return applied[part] == version; };
@@ -36,6 +40,20 @@ int Job::NumActive() const {
   int n = 0;
   for (const auto& [id, w] : workers) n += w.active ? 1 : 0;
   return n;
+}
+
+std::string Job::OpenStepWaits() const {
+  if (closing) return absl::StrCat("step ", version, " is being applied");
+  std::vector<int64_t> missing;
+  for (const auto& [id, w] : workers) {
+    if (w.active && !completed.contains(id)) missing.push_back(id);
+  }
+  std::sort(missing.begin(), missing.end());
+  return absl::StrCat(missing.size() == 1 ? "member " : "members ",
+                      absl::StrJoin(missing, ", "),
+                      missing.size() == 1 ? " has" : " have",
+                      " not ended step ", version, " (", completed.size(),
+                      " of ", Needed(), " ends counted)");
 }
 
 int Job::Needed() const {
@@ -88,6 +106,7 @@ void SetMembers(Job& job, const std::vector<int64_t>& ids) {
     // be new, so its sequence numbers start over (in this incarnation).
     w.active = true;
     w.seq = SeqTracker(SeqBase(job.incarnation));
+    w.pushed_step = -1;
     w.clock = bsp ? job.version : fresh_clock;
   }
 }

@@ -52,6 +52,10 @@ struct WorkerState {
   bool active = false;
   int64_t clock = 0;
   int64_t last_push_ms = 0;
+  // BSP: the last step of which this worker (since it last joined) had a
+  // push admitted; -1: none. Only such a worker is told of parts applied
+  // early for the open step (Job::PullVersion).
+  int64_t pushed_step = -1;
   SeqTracker seq;
 };
 
@@ -131,10 +135,17 @@ struct Job {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // BSP: the version a pull gets, the lowest of its parts' (a part applied
   // before the open step closed is one ahead of the job); the job's own
-  // with whole_step.
+  // with whole_step, and for a worker with no push admitted in the open
+  // step: the step waits for its end of step too (it may have joined after
+  // the parts were applied), and a worker takes its clock from the version
+  // it pulls, so it must not be told that the step is over.
   int64_t PullVersion(const PullArgs& args) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   int NumActive() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // BSP: what the open step waits for, for messages: "members 3, 6 have
+  // not ended step 7" (the active workers whose end of step is not
+  // counted), or that it is being applied.
+  std::string OpenStepWaits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // BSP: how many gradients close a step.
   int Needed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 

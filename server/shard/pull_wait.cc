@@ -17,9 +17,8 @@ std::string WaitedFor(const Job& job, const PullArgs& args)
   switch (job.model()) {
     case ConsistencySpec::BSP:
       return absl::StrCat("pull waited for version ", args.min_version,
-                          "; the shard is still at ", job.version,
-                          " (waiting for workers to finish step ", job.version,
-                          ")");
+                          "; the shard is still at ", job.version, " (",
+                          job.OpenStepWaits(), ")");
     case ConsistencySpec::SSP:
       return absl::StrCat("pull at clock ", args.clock,
                           " waited for the slowest worker (clock ",

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "common/fake_clock.h"
 #include "common/placement.h"
 #include "server/shard/shard_test_util.h"
@@ -23,8 +24,12 @@ TEST(ShardStore, BspPullWaitsForTheVersion) {
   args.worker_id = 1;
   args.min_version = 1;
   auto sink = [](const Chunk&, absl::Span<const float>, const WeightsRef&) {};
-  EXPECT_EQ(store->Pull(args, Past(), sink).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  absl::Status early = store->Pull(args, Past(), sink).status();
+  EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded);
+  // The message names the members the step waits for.
+  EXPECT_TRUE(
+      absl::StrContains(early.message(), "members 1, 2 have not ended step 0"))
+      << early;
   absl::StatusOr<PullResult> pulled;
   std::thread t([&] { pulled = store->Pull(args, Far(), sink); });
   ASSERT_TRUE(PushValue(*store, 1, 1, 0, 1.0f, true).ok());

@@ -171,9 +171,9 @@ absl::StatusOr<Admission> AdmitPush(Job& job, const PushArgs& args,
     // The worker has all of the step's weights (applied as they
     // completed) before the step closed here: a moment's wait. Not
     // counted, and the sequence number stays unused for the retry.
-    return absl::UnavailableError(
-        absl::StrCat("push for step ", args.clock, ": step ", job.version,
-                     " is still closing on this shard; retry"));
+    return absl::UnavailableError(absl::StrCat(
+        "push for step ", args.clock, ": step ", job.version,
+        " is still closing on this shard (", job.OpenStepWaits(), "); retry"));
   }
   if (args.base_version > job.version) {
     w.seq.Finish(args.seq);
@@ -191,6 +191,7 @@ absl::StatusOr<Admission> AdmitPush(Job& job, const PushArgs& args,
   if (admission.outcome == Admission::Outcome::kDropped) return admission;
   w.seq.Start(args.seq);
   w.last_push_ms = absl::ToUnixMillis(clock.Now());
+  if (bsp) w.pushed_step = args.clock;  // == job.version (AdmitBsp)
   return admission;
 }
 

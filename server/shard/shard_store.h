@@ -31,7 +31,11 @@
 // such chunks as they were before the update, so it holds one version. A
 // chunk pushed again in a step after it was applied is counted as dropped.
 // A worker that leaves in the middle of a step keeps its share of the
-// chunks applied before it left.
+// chunks applied before it left. Only a worker with a push admitted in the
+// open step is told of its chunks applied early (a pull's version): one
+// that joined during the step (after chunks were applied without it) pulls
+// the open step's version, computes that step and ends it, its gradient of
+// the applied chunks dropped, since the step waits for its end of step.
 //
 // Thread safety: every method is thread-safe. A job has one small mutex for
 // its bookkeeping (members, clocks, sequence numbers) and one per chunk for
