@@ -3,9 +3,10 @@
 # each for a bounded time from its committed seed corpus.
 #   tools/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]
 # Targets: idx_reader config payload_codec criteo_reader libsvm_reader
-# movielens_reader (default: all). Needs the packages
-# clang and libclang-rt-14-dev (tools/setup.sh) and the system protobuf, gRPC,
-# Abseil and zlib. Exit status: 0 if no target crashed, 1 if one did (the
+# movielens_reader (default: all); each is //tools/fuzz:NAME_fuzzer in
+# tools/fuzz/BUILD.bazel, whose deps say what gets compiled. Needs bazel, the
+# packages clang and libclang-rt-14-dev (tools/setup.sh) and the system
+# protobuf, gRPC, Abseil and zlib. Exit status: 0 if no target crashed, 1 if one did (the
 # crashing input is kept under $FUZZ_OUT, default a temporary directory, and
 # its path printed), 2 if a target could not be built.
 set -uo pipefail
@@ -29,45 +30,80 @@ keep=0
 cleanup() { ((keep)) || rm -rf "$work"; }
 trap cleanup EXIT
 
-# Generated protobuf code from the system protoc (the same one Bazel uses).
-gen=$work/gen
-mkdir -p "$gen"
-protoc --proto_path="$ROOT" --cpp_out="$gen" proto/config.proto \
-  proto/parameter_service.proto ||
-  { echo "fuzz: protoc failed"; exit 2; }
+command -v bazel >/dev/null || { echo "fuzz: bazel not found"; exit 2; }
+# What each target compiles is what Bazel says //tools/fuzz:NAME_fuzzer uses
+# (tools/fuzz/BUILD.bazel): our .cc files from `bazel query`, the generated
+# .pb.cc files built by Bazel, and the linkopts and defines of the
+# cc_library targets below it (the system libraries' -l flags). No list here
+# to keep up to date.
+query() {
+  bazel query --noshow_progress "$@" 2>>"$work/query.log" ||
+    { cat "$work/query.log"; echo "fuzz: bazel query failed"; exit 2; }
+}
+# //pkg:file.cc -> pkg/file.cc (//:file.cc -> file.cc)
+label_path() { sed -e 's|^//||' -e 's|^:||' -e 's|:|/|'; }
+# The values of one list attribute in `bazel query --output=build`.
+build_attr() { sed -n "s/^  $1 = \[\(.*\)\],\?\$/\1/p" | tr ',' '\n' |
+  sed -e 's/^ *"//' -e 's/"$//' | grep -v '^$'; }
+
+declare -A srcs gens links defs
+for t in "${targets[@]}"; do
+  [[ -f tools/fuzz/${t}_fuzzer.cc ]] || { echo "fuzz: unknown target $t"; exit 2; }
+  label=//tools/fuzz:${t}_fuzzer
+  srcs[$t]=$(query "kind('source file', deps($label))" | grep -E '^//.*\.cc$' |
+    label_path | sort)
+  gens[$t]=$(query "kind('generated file', deps($label))" |
+    grep -E '^//.*\.cc$' | sort)
+  rules=$(query --output=build "kind(cc_library, deps($label))")
+  links[$t]=$(build_attr linkopts <<<"$rules" | awk '!seen[$0]++')
+  defs[$t]=$(build_attr defines <<<"$rules" | sort -u | sed 's/^/-D/')
+done
+# The generated code (protoc through tools/bazel/proto.bzl), from Bazel.
+mapfile -t gen_labels < <(printf '%s\n' "${gens[@]}" | grep . | sort -u)
+bin=$(bazel info bazel-bin 2>/dev/null) || { echo "fuzz: bazel info failed"; exit 2; }
+if ((${#gen_labels[@]})); then
+  bazel build --noshow_progress "${gen_labels[@]}" >"$work/gen.log" 2>&1 ||
+    { cat "$work/gen.log"; echo "fuzz: generating code failed"; exit 2; }
+fi
 
 # Our code and the generated code get coverage and ASan+UBSan; the system
 # libraries are linked as they are.
 # shellcheck disable=SC2054  # the commas are part of -fsanitize=...
 flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -I"$ROOT" -I"$gen" -Wno-deprecated-declarations)
-libs=$(pkg-config --libs grpc++ protobuf absl_status absl_statusor absl_strings \
-  absl_str_format absl_synchronization 2>/dev/null) ||
-  { echo "fuzz: pkg-config cannot find grpc++/protobuf/absl"; exit 2; }
+       -I"$ROOT" -I"$bin" -Wno-deprecated-declarations)
 
-# The streaming text readers (worker/data/), shared by the three formats.
-text_reader="worker/data/batch.cc worker/data/batch_reader.cc worker/data/bad_lines.cc worker/data/line_reader.cc worker/data/text_reader.cc"
-declare -A srcs=(
-  [idx_reader]="worker/idx_reader.cc"
-  [criteo_reader]="$text_reader worker/data/criteo_format.cc"
-  [libsvm_reader]="$text_reader worker/data/libsvm_format.cc"
-  [movielens_reader]="$text_reader worker/data/movielens_format.cc"
-  [config]="common/config.cc common/job_metric.cc common/config_sparse.cc common/config_violations.cc common/model.cc common/model_graph.cc common/model_graph_rules.cc common/file_system.cc common/status.cc $gen/proto/config.pb.cc"
-  [payload_codec]="common/payload_codec.cc common/sparse_rows.cc common/status.cc $gen/proto/config.pb.cc $gen/proto/parameter_service.pb.cc"
-)
-declare -A extra=([idx_reader]="-lz" [config]="" [payload_codec]=""
-                  [criteo_reader]="-lz" [libsvm_reader]="-lz"
-                  [movielens_reader]="-lz")
+# Each file is compiled once (targets share the readers and the generated
+# code), on as many cores as there are.
+objs=$work/obj
+jobs=$(nproc 2>/dev/null || echo 2)
+compile() {  # compile TARGET FILE... -> the objects' paths on stdout
+  local t=$1 f o running=0
+  shift
+  for f in "$@"; do
+    o=$objs/${f#"$bin"/}.o
+    echo "$o"
+    [[ -f $o ]] && continue
+    mkdir -p "$(dirname "$o")"
+    # shellcheck disable=SC2086
+    "$CXX" "${flags[@]}" ${defs[$t]} -c "$f" -o "$o" \
+      >>"$work/$t.build.log" 2>&1 || { rm -f "$o"; echo FAILED; } &
+    ((++running >= jobs)) && { wait -n; ((running--)); }
+  done
+  wait
+}
 
 rc=0
 for t in "${targets[@]}"; do
-  [[ -n ${srcs[$t]:-} ]] || { echo "fuzz: unknown target $t"; exit 2; }
-  bin=$work/${t}_fuzzer
+  bin_t=$work/${t}_fuzzer
   echo "fuzz: building $t"
+  gen_files=$(sed "s|^//|$bin/|; s|:|/|" <<<"${gens[$t]}" | grep .)
   # shellcheck disable=SC2086
-  if ! "$CXX" "${flags[@]}" "tools/fuzz/${t}_fuzzer.cc" ${srcs[$t]} -o "$bin" \
-      $libs ${extra[$t]} 2>"$work/$t.build.log"; then
+  mapfile -t o < <(compile "$t" ${srcs[$t]} $gen_files)
+  # shellcheck disable=SC2086
+  if [[ " ${o[*]} " == *" FAILED "* ]] ||
+     ! "$CXX" "${flags[@]}" "${o[@]}" -o "$bin_t" ${links[$t]} \
+       >>"$work/$t.build.log" 2>&1; then
     cat "$work/$t.build.log"; echo "fuzz: $t did not build"; exit 2
   fi
   # libFuzzer adds new inputs to the first corpus directory: work on a copy
@@ -76,7 +112,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus"
   cp tools/fuzz/corpus/"$t"/* "$corpus"/ 2>/dev/null || true
   echo "fuzz: running $t for ${secs}s"
-  "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+  "$bin_t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
     -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$out/$t-" \
     "$corpus" >"$work/$t.log" 2>&1
   trc=$?
