@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -181,7 +183,25 @@ absl::StatusOr<std::unique_ptr<CoordinatorLink>> ConnectToCoordinator(
   return link;
 }
 
-int Run(const std::string& blas_core) {
+// What every job of this process shares, set up once at start-up.
+struct WorkerProcess {
+  std::string token;
+  TlsOptions tls;
+  Device device;
+  std::unique_ptr<CoordinatorLink> link;
+  DataCache data;
+};
+
+// Prints "worker: <status message>" and returns `code`.
+int Fail(const absl::Status& status, int code) {
+  std::fprintf(stderr, "worker: %s\n", std::string(status.message()).c_str());
+  return code;
+}
+
+// Reads the token, opens and probes the device and registers with the
+// coordinator. Returns 0 when `w` is ready, else the exit status (the reason
+// printed).
+int SetUp(const std::string& blas_core, WorkerProcess& w) {
   if (absl::GetFlag(FLAGS_wait_spin_us) < 0) {
     std::fprintf(stderr, "worker: --wait_spin_us must be >= 0, got %d\n",
                  absl::GetFlag(FLAGS_wait_spin_us));
@@ -189,196 +209,225 @@ int Run(const std::string& blas_core) {
   }
   absl::StatusOr<std::string> token = ReadClusterToken(
       absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
-  if (!token.ok()) {
-    std::fprintf(stderr, "worker: %s\n",
-                 std::string(token.status().message()).c_str());
-    return 2;
-  }
+  if (!token.ok()) return Fail(token.status(), 2);
+  w.token = *std::move(token);
   absl::StatusOr<Device> device =
       OpenDevice(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_cpu_threads),
                  absl::GetFlag(FLAGS_allow_tf32));
-  if (!device.ok()) {
-    std::fprintf(stderr, "worker: %s\n",
-                 std::string(device.status().message()).c_str());
-    return 2;
-  }
-  std::fprintf(stderr, "worker: device %s (%s)\n", device->name.c_str(),
-               device->backend->Name().c_str());
+  if (!device.ok()) return Fail(device.status(), 2);
+  w.device = *std::move(device);
+  std::fprintf(stderr, "worker: device %s (%s)\n", w.device.name.c_str(),
+               w.device.backend->Name().c_str());
   // Reported at registration: a slow device or BLAS core is visible in
   // `psctl cluster status` and `psctl explain` before it makes a straggler.
   const kernels::GemmProbeOptions probe_options;
   absl::StatusOr<double> gflops =
-      kernels::ProbeGemmGflops(*device->backend, probe_options);
-  if (!gflops.ok()) {
-    std::fprintf(stderr, "worker: %s\n",
-                 std::string(gflops.status().message()).c_str());
-    return 2;
-  }
+      kernels::ProbeGemmGflops(*w.device.backend, probe_options);
+  if (!gflops.ok()) return Fail(gflops.status(), 2);
   std::fprintf(stderr, "worker: GEMM probe %.1f GFLOP/s (%d^3 fp32 on %s)\n",
-               *gflops, probe_options.n, device->name.c_str());
+               *gflops, probe_options.n, w.device.name.c_str());
 
-  TlsOptions tls;
-  tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
-
+  w.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  w.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  w.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
   absl::StatusOr<std::unique_ptr<CoordinatorLink>> link =
-      ConnectToCoordinator(tls, *token, device->name, blas_core, *gflops);
+      ConnectToCoordinator(w.tls, w.token, w.device.name, blas_core, *gflops);
   if (!link.ok()) {
-    std::fprintf(stderr, "worker: %s\n",
-                 std::string(link.status().message()).c_str());
-    return absl::IsInvalidArgument(link.status()) ? 2 : 1;
+    return Fail(link.status(), absl::IsInvalidArgument(link.status()) ? 2 : 1);
+  }
+  w.link = *std::move(link);
+  return 0;
+}
+
+// With --health_port, serves the health service and starts `updater`, which
+// follows the heartbeats every 500 ms until g_terminate.
+absl::Status StartHealth(CoordinatorLink* link,
+                         std::unique_ptr<HealthServer>& health,
+                         std::thread& updater) {
+  if (absl::GetFlag(FLAGS_health_port) < 0) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(health, HealthServer::Start(absl::StrCat(
+                                  absl::GetFlag(FLAGS_health_host), ":",
+                                  absl::GetFlag(FLAGS_health_port))));
+  std::fprintf(stderr, "worker: health service on port %d\n", health->port());
+  HealthServer* h = health.get();
+  updater = std::thread([h, link] {
+    while (!g_terminate) {
+      h->SetServing(link->Connected());
+      absl::SleepFor(absl::Milliseconds(500));
+    }
+  });
+  return absl::OkStatus();
+}
+
+// What the assignment says while a job trains, kept up to date by
+// AssignmentWatcher.
+struct JobControl {
+  // A STOP, another job or a terminate request: the loop stops within one
+  // step.
+  std::atomic<bool> stop{false};
+  // The job rolled back to a checkpoint (a shard restarted): this run
+  // stops and the job starts again at the assignment's start_step.
+  std::atomic<bool> rolled_back{false};
+  // The evaluator role moves to another worker when its holder is evicted.
+  std::atomic<bool> evaluator{false};
+  // New data shards are picked up at the next epoch.
+  absl::Mutex shards_mu;
+  std::vector<int> shards ABSL_GUARDED_BY(shards_mu);
+};
+
+// Watches `job`'s assignment on a thread of its own until destroyed.
+class AssignmentWatcher {
+ public:
+  AssignmentWatcher(CoordinatorLink* link, const WorkerAssignment& job,
+                    JobControl& control)
+      : thread_([this, link, job, &control] { Watch(link, job, control); }) {}
+  ~AssignmentWatcher() {
+    training_ = false;
+    thread_.join();
   }
 
-  // The health service follows the heartbeats, checked every 500 ms.
+ private:
+  void Watch(CoordinatorLink* link, const WorkerAssignment& job,
+             JobControl& control) {
+    WorkerAssignment seen = job;
+    while (training_) {
+      seen = link->WaitForChange(seen, absl::Milliseconds(200));
+      if (g_terminate || seen.command() != WorkerAssignment::TRAIN ||
+          seen.job_id() != job.job_id()) {
+        control.stop = true;
+      } else if (seen.incarnation() != job.incarnation()) {
+        control.rolled_back = true;
+        control.stop = true;
+      } else {
+        control.evaluator = seen.evaluator();
+        absl::MutexLock l(&control.shards_mu);
+        control.shards.assign(seen.data_shards().begin(),
+                              seen.data_shards().end());
+      }
+    }
+  }
+
+  std::atomic<bool> training_{true};
+  std::thread thread_;
+};
+
+// Loads the job's data, connects to its servers and trains until the job
+// ends or `control` stops it.
+absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
+                      JobControl& control) {
+  std::shared_ptr<const Dataset> train, test;
+  const std::string dir = absl::GetFlag(FLAGS_data_root).empty()
+                              ? job.spec().data().path()
+                              : absl::GetFlag(FLAGS_data_root);
+  PS_RETURN_IF_ERROR(
+      w.data.Get(dir, !job.spec().data().no_normalize(), &train, &test));
+  PsAccessOptions ao;
+  ao.token = w.token;
+  ao.tls = w.tls;
+  ao.member_id = w.link->member_id();
+  ao.retry_deadline = absl::Seconds(absl::GetFlag(FLAGS_server_retry_s));
+  ao.wait_spin = absl::Microseconds(absl::GetFlag(FLAGS_wait_spin_us));
+  ao.stop = &control.stop;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterAccess> access,
+                      CreatePsAccess(job, ao));
+  TrainerOptions to;
+  to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
+  to.is_evaluator = [&control] { return control.evaluator.load(); };
+  CoordinatorLink* l = w.link.get();
+  to.on_step = [&job, l](int64_t clock) {
+    l->SetProgress(job.job_id(), clock, job.incarnation());
+  };
+  absl::StatusOr<TrainResult> r = Train(
+      job, train, test, w.device.backend.get(), access.get(),
+      [&job, l](std::vector<MetricPoint> points, bool done) {
+        for (MetricPoint& p : points) p.set_incarnation(job.incarnation());
+        if (absl::Status s =
+                l->ReportMetrics(job.job_id(), std::move(points), done);
+            !s.ok()) {
+          std::fprintf(stderr, "worker: metrics not delivered: %s\n",
+                       std::string(s.message()).c_str());
+        }
+      },
+      &control.stop, to,
+      [&control] {
+        absl::MutexLock l(&control.shards_mu);
+        return control.shards;
+      });
+  PS_RETURN_IF_ERROR(r.status());
+  std::fprintf(stderr, "worker: job %s done: %lld steps, last loss %.4f\n",
+               job.job_id().c_str(), static_cast<long long>(r->steps),
+               r->last_loss);
+  return absl::OkStatus();
+}
+
+// Runs one assignment to its end. Returns false when the job rolled back and
+// is to start again, true when it is finished (done, stopped or failed).
+bool RunJob(WorkerProcess& w, const WorkerAssignment& job) {
+  std::fprintf(stderr, "worker: job %s rank %d/%d, %d servers%s%s\n",
+               job.job_id().c_str(), job.rank(), job.num_workers(),
+               job.server_addresses_size(),
+               job.evaluator() ? ", evaluator" : "",
+               job.incarnation() > 0
+                   ? absl::StrCat(", restarting at step ", job.start_step(),
+                                  " (rollback ", job.incarnation(), ")")
+                         .c_str()
+                   : "");
+  w.link->SetProgress(job.job_id(), job.start_step(), job.incarnation());
+  JobControl control;
+  control.evaluator = job.evaluator();
+  {
+    absl::MutexLock l(&control.shards_mu);
+    control.shards.assign(job.data_shards().begin(), job.data_shards().end());
+  }
+  absl::Status status;
+  {
+    AssignmentWatcher watcher(w.link.get(), job, control);
+    status = TrainJob(w, job, control);
+  }
+  if (control.rolled_back && !g_terminate) {
+    std::fprintf(stderr,
+                 "worker: job %s rolled back to a checkpoint; dropping this "
+                 "run (%s) and starting again\n",
+                 job.job_id().c_str(), std::string(status.message()).c_str());
+    return false;
+  }
+  if (absl::IsCancelled(status)) {
+    std::fprintf(stderr, "worker: job %s stopped: %s\n", job.job_id().c_str(),
+                 std::string(status.message()).c_str());
+  } else if (!status.ok()) {
+    std::fprintf(stderr, "worker: job %s failed: %s\n", job.job_id().c_str(),
+                 std::string(status.message()).c_str());
+    (void)w.link->ReportFailure(job.job_id(), std::string(status.message()),
+                                "");
+  }
+  w.link->SetProgress("", 0, 0);
+  return true;
+}
+
+int Run(const std::string& blas_core) {
+  WorkerProcess w;
+  if (int rc = SetUp(blas_core, w); rc != 0) return rc;
   std::unique_ptr<HealthServer> health;
   std::thread health_updater;
-  if (absl::GetFlag(FLAGS_health_port) >= 0) {
-    absl::StatusOr<std::unique_ptr<HealthServer>> h =
-        HealthServer::Start(absl::StrCat(absl::GetFlag(FLAGS_health_host), ":",
-                                         absl::GetFlag(FLAGS_health_port)));
-    if (!h.ok()) {
-      std::fprintf(stderr, "worker: %s\n",
-                   std::string(h.status().message()).c_str());
-      return 2;
-    }
-    health = std::move(*h);
-    std::fprintf(stderr, "worker: health service on port %d\n", health->port());
-    health_updater = std::thread([&] {
-      while (!g_terminate) {
-        health->SetServing((*link)->Connected());
-        absl::SleepFor(absl::Milliseconds(500));
-      }
-    });
+  if (absl::Status s = StartHealth(w.link.get(), health, health_updater);
+      !s.ok()) {
+    return Fail(s, 2);
   }
-
-  DataCache data;
   WorkerAssignment current;
   std::string finished_job;
   while (!g_terminate) {
-    current = (*link)->WaitForChange(current, absl::Milliseconds(500));
+    current = w.link->WaitForChange(current, absl::Milliseconds(500));
     if (current.command() != WorkerAssignment::TRAIN ||
         current.job_id() == finished_job) {
       continue;
     }
-    const WorkerAssignment job = current;
-    std::fprintf(stderr, "worker: job %s rank %d/%d, %d servers%s%s\n",
-                 job.job_id().c_str(), job.rank(), job.num_workers(),
-                 job.server_addresses_size(),
-                 job.evaluator() ? ", evaluator" : "",
-                 job.incarnation() > 0
-                     ? absl::StrCat(", restarting at step ", job.start_step(),
-                                    " (rollback ", job.incarnation(), ")")
-                           .c_str()
-                     : "");
-    (*link)->SetProgress(job.job_id(), job.start_step(), job.incarnation());
-
-    // Watches the assignment while training: a STOP, another job or a
-    // terminate request stops the loop within one step; new data shards are
-    // picked up at the next epoch.
-    std::atomic<bool> stop{false};
-    absl::Mutex shards_mu;
-    std::vector<int> shards(job.data_shards().begin(), job.data_shards().end());
-    std::atomic<bool> training{true};
-    // The evaluator role moves to another worker when its holder is evicted.
-    std::atomic<bool> evaluator{job.evaluator()};
-    // The job rolled back to a checkpoint (a shard restarted): this run
-    // stops and the job starts again at the assignment's start_step.
-    std::atomic<bool> rolled_back{false};
-    std::thread watcher([&] {
-      WorkerAssignment seen = job;
-      while (training) {
-        seen = (*link)->WaitForChange(seen, absl::Milliseconds(200));
-        if (g_terminate || seen.command() != WorkerAssignment::TRAIN ||
-            seen.job_id() != job.job_id()) {
-          stop = true;
-        } else if (seen.incarnation() != job.incarnation()) {
-          rolled_back = true;
-          stop = true;
-        } else {
-          evaluator = seen.evaluator();
-          absl::MutexLock l(&shards_mu);
-          shards.assign(seen.data_shards().begin(), seen.data_shards().end());
-        }
-      }
-    });
-
-    absl::Status status;
-    std::shared_ptr<const Dataset> train, test;
-    const std::string dir = absl::GetFlag(FLAGS_data_root).empty()
-                                ? job.spec().data().path()
-                                : absl::GetFlag(FLAGS_data_root);
-    status = data.Get(dir, !job.spec().data().no_normalize(), &train, &test);
-    std::unique_ptr<ParameterAccess> access;
-    if (status.ok()) {
-      PsAccessOptions ao;
-      ao.token = *token;
-      ao.tls = tls;
-      ao.member_id = (*link)->member_id();
-      ao.retry_deadline = absl::Seconds(absl::GetFlag(FLAGS_server_retry_s));
-      ao.wait_spin = absl::Microseconds(absl::GetFlag(FLAGS_wait_spin_us));
-      ao.stop = &stop;
-      absl::StatusOr<std::unique_ptr<ParameterAccess>> a =
-          CreatePsAccess(job, ao);
-      status = a.status();
-      if (a.ok()) access = std::move(*a);
-    }
-    if (status.ok()) {
-      TrainerOptions to;
-      to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
-      to.is_evaluator = [&evaluator] { return evaluator.load(); };
-      CoordinatorLink* l = link->get();
-      to.on_step = [&, l](int64_t clock) {
-        l->SetProgress(job.job_id(), clock, job.incarnation());
-      };
-      absl::StatusOr<TrainResult> r = Train(
-          job, train, test, device->backend.get(), access.get(),
-          [&, l](std::vector<MetricPoint> points, bool done) {
-            for (MetricPoint& p : points) p.set_incarnation(job.incarnation());
-            if (absl::Status s =
-                    l->ReportMetrics(job.job_id(), std::move(points), done);
-                !s.ok()) {
-              std::fprintf(stderr, "worker: metrics not delivered: %s\n",
-                           std::string(s.message()).c_str());
-            }
-          },
-          &stop, to,
-          [&] {
-            absl::MutexLock l(&shards_mu);
-            return shards;
-          });
-      status = r.status();
-      if (r.ok()) {
-        std::fprintf(stderr,
-                     "worker: job %s done: %lld steps, last loss %.4f\n",
-                     job.job_id().c_str(), static_cast<long long>(r->steps),
-                     r->last_loss);
-      }
-    }
-    training = false;
-    watcher.join();
-    if (rolled_back && !g_terminate) {
-      std::fprintf(stderr,
-                   "worker: job %s rolled back to a checkpoint; dropping this "
-                   "run (%s) and starting again\n",
-                   job.job_id().c_str(), std::string(status.message()).c_str());
-      continue;  // `current` is the old assignment: the next wait returns
-    }
-    finished_job = job.job_id();
-    if (absl::IsCancelled(status)) {
-      std::fprintf(stderr, "worker: job %s stopped: %s\n", job.job_id().c_str(),
-                   std::string(status.message()).c_str());
-    } else if (!status.ok()) {
-      std::fprintf(stderr, "worker: job %s failed: %s\n", job.job_id().c_str(),
-                   std::string(status.message()).c_str());
-      (void)(*link)->ReportFailure(job.job_id(), std::string(status.message()),
-                                   "");
-    }
-    (*link)->SetProgress("", 0, 0);
+    // After a rollback `current` is the old assignment: the next wait
+    // returns the new one.
+    if (RunJob(w, current)) finished_job = current.job_id();
   }
   std::fprintf(stderr, "worker: terminating\n");
   if (health_updater.joinable()) health_updater.join();
-  (*link)->Stop();
+  w.link->Stop();
   return 0;
 }
 
