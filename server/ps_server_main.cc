@@ -192,6 +192,124 @@ absl::StatusOr<std::unique_ptr<CoordinatorConnection>> CoordinatorFromFlags(
   return CoordinatorConnection::Create(address, file, options);
 }
 
+// With --metrics_port, serves the metrics and prints the bound port.
+absl::Status ServeMetrics(MetricsRegistry& metrics) {
+  const int mport = absl::GetFlag(FLAGS_metrics_port);
+  if (mport < 0) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(
+      const int bound,
+      metrics.Serve(absl::StrCat(absl::GetFlag(FLAGS_host), ":", mport)));
+  std::printf("metrics_port=%d\n", bound);
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ShardStore>> CreateStore(
+    MetricsRegistry& metrics) {
+  ShardStoreOptions store_options;
+  store_options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  store_options.metrics = &metrics;
+  store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
+  if (store_options.apply_threads == 0) {
+    store_options.apply_threads = DefaultApplyThreads();
+  }
+  return ShardStore::Create(store_options);
+}
+
+absl::StatusOr<std::unique_ptr<ParameterServiceAdapter>> CreateService(
+    ShardStore* store, const std::string& token) {
+  ParameterServiceOptions service_options;
+  service_options.token = token;
+  service_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  service_options.wait_threads = absl::GetFlag(FLAGS_threads);
+  service_options.max_wait_threads = 32 * service_options.wait_threads;
+  return ParameterServiceAdapter::Create(store, service_options);
+}
+
+// Serves `service` (and the standard health service) on --host:--port,
+// prints the port and writes --port_file. Logs why and returns null when it
+// cannot.
+std::unique_ptr<grpc::Server> StartGrpcServer(ParameterServiceAdapter& service,
+                                              const TlsOptions& tls,
+                                              int& port) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
+      MakeServerCredentials(tls);
+  if (!creds.ok()) {
+    Log(creds.status().ToString());
+    return nullptr;
+  }
+  // The standard grpc.health.v1 service, for Kubernetes probes and
+  // `psctl cluster status`.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  port = 0;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
+                           *creds, &port);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.RegisterService(service.service());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    Log(absl::StrCat("cannot listen on ", host, ":",
+                     absl::GetFlag(FLAGS_port)));
+    return nullptr;
+  }
+  std::printf("ps_server listening on %s:%d\n", host.c_str(), port);
+  std::fflush(stdout);
+  if (const std::string pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
+    if (absl::Status s = WriteFileAtomically(FileSystem::Posix(), pf,
+                                             absl::StrCat(port, "\n"));
+        !s.ok()) {
+      Log(s.ToString());
+      return nullptr;
+    }
+  }
+  return server;
+}
+
+// Writes the checkpoints that are due until `stop`.
+void CheckpointLoop(ShardStore* store, absl::Notification* stop) {
+  const absl::Duration poll =
+      absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_poll_ms));
+  while (!stop->HasBeenNotified()) {
+    // Woken early when a BSP step reached a multiple of every_versions,
+    // so that each of those states is written (every shard then holds
+    // the same versions for a job-wide rollback).
+    store->WaitForCheckpointWork(poll);
+    if (stop->HasBeenNotified()) break;
+    if (absl::Status s = store->CheckpointDue(); !s.ok()) {
+      Log(absl::StrCat("periodic checkpoint failed: ", s.ToString()));
+    }
+  }
+}
+
+// After `stop`: releases waiting pulls and barriers (their clients retry),
+// lets in-flight calls finish within the grace period, joins the threads,
+// then writes the final checkpoint from a quiet shard. Returns the exit
+// status.
+int ShutDown(ShardStore& store, grpc::Server& server,
+             ParameterServiceAdapter& service, std::thread& checkpointer,
+             std::thread& coordinator_thread) {
+  store.Shutdown();
+  server.Shutdown(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  service.Stop();
+  checkpointer.join();
+  if (coordinator_thread.joinable()) coordinator_thread.join();
+  int rc = 0;
+  if (absl::GetFlag(FLAGS_checkpoint_on_exit)) {
+    if (absl::Status s = store.CheckpointAll(); !s.ok()) {
+      Log(absl::StrCat("final checkpoint failed: ", s.ToString()));
+      rc = 1;
+    } else {
+      Log("final checkpoint written");
+    }
+  }
+  return rc;
+}
+
 int Run() {
   absl::StatusOr<std::string> token = ReadClusterToken(
       absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
@@ -218,74 +336,24 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   MetricsRegistry metrics;
-  if (const int mport = absl::GetFlag(FLAGS_metrics_port); mport >= 0) {
-    absl::StatusOr<int> bound =
-        metrics.Serve(absl::StrCat(absl::GetFlag(FLAGS_host), ":", mport));
-    if (!bound.ok()) {
-      Log(bound.status().ToString());
-      return 2;
-    }
-    std::printf("metrics_port=%d\n", *bound);
-    std::fflush(stdout);
+  if (absl::Status s = ServeMetrics(metrics); !s.ok()) {
+    Log(s.ToString());
+    return 2;
   }
-
-  ShardStoreOptions store_options;
-  store_options.data_dir = absl::GetFlag(FLAGS_data_dir);
-  store_options.metrics = &metrics;
-  store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
-  if (store_options.apply_threads == 0) {
-    store_options.apply_threads = DefaultApplyThreads();
-  }
-  absl::StatusOr<std::unique_ptr<ShardStore>> store =
-      ShardStore::Create(store_options);
+  absl::StatusOr<std::unique_ptr<ShardStore>> store = CreateStore(metrics);
   if (!store.ok()) {
     Log(store.status().ToString());
     return 2;
   }
-  ParameterServiceOptions service_options;
-  service_options.token = *token;
-  service_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  service_options.wait_threads = absl::GetFlag(FLAGS_threads);
-  service_options.max_wait_threads = 32 * service_options.wait_threads;
   absl::StatusOr<std::unique_ptr<ParameterServiceAdapter>> service =
-      ParameterServiceAdapter::Create(store->get(), service_options);
+      CreateService(store->get(), *token);
   if (!service.ok()) {
     Log(service.status().ToString());
     return 2;
   }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
-      MakeServerCredentials(tls);
-  if (!creds.ok()) {
-    Log(creds.status().ToString());
-    return 2;
-  }
-  // The standard grpc.health.v1 service, for Kubernetes probes and
-  // `psctl cluster status`.
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
   int port = 0;
-  const std::string host = absl::GetFlag(FLAGS_host);
-  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
-                           *creds, &port);
-  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
-  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
-  builder.RegisterService((*service)->service());
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    Log(absl::StrCat("cannot listen on ", host, ":",
-                     absl::GetFlag(FLAGS_port)));
-    return 2;
-  }
-  std::printf("ps_server listening on %s:%d\n", host.c_str(), port);
-  std::fflush(stdout);
-  if (const std::string pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
-    if (absl::Status s = WriteFileAtomically(FileSystem::Posix(), pf,
-                                             absl::StrCat(port, "\n"));
-        !s.ok()) {
-      Log(s.ToString());
-      return 2;
-    }
-  }
+  std::unique_ptr<grpc::Server> server = StartGrpcServer(**service, tls, port);
+  if (server == nullptr) return 2;
 
   absl::Notification stop;
   std::thread signal_thread([&] {
@@ -294,20 +362,7 @@ int Run() {
     Log(absl::StrCat("signal ", sig, ": shutting down"));
     stop.Notify();
   });
-  std::thread checkpointer([&] {
-    const absl::Duration poll =
-        absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_poll_ms));
-    while (!stop.HasBeenNotified()) {
-      // Woken early when a BSP step reached a multiple of every_versions,
-      // so that each of those states is written (every shard then holds
-      // the same versions for a job-wide rollback).
-      (*store)->WaitForCheckpointWork(poll);
-      if (stop.HasBeenNotified()) break;
-      if (absl::Status s = (*store)->CheckpointDue(); !s.ok()) {
-        Log(absl::StrCat("periodic checkpoint failed: ", s.ToString()));
-      }
-    }
-  });
+  std::thread checkpointer(CheckpointLoop, store->get(), &stop);
   std::thread coordinator_thread;
   absl::StatusOr<std::unique_ptr<CoordinatorConnection>> coordinator =
       CoordinatorFromFlags(tls);
@@ -316,32 +371,16 @@ int Run() {
     return 2;
   }
   if (*coordinator != nullptr) {
-    coordinator_thread = std::thread(
-        CoordinatorLoop, coordinator->get(),
-        AdvertisedAddress(absl::GetFlag(FLAGS_advertise_address), host, port),
-        *token, *member_id, &stop);
+    coordinator_thread =
+        std::thread(CoordinatorLoop, coordinator->get(),
+                    AdvertisedAddress(absl::GetFlag(FLAGS_advertise_address),
+                                      absl::GetFlag(FLAGS_host), port),
+                    *token, *member_id, &stop);
   }
 
   stop.WaitForNotification();
-  // Release waiting pulls and barriers (their clients retry), let in-flight
-  // calls finish within the grace period, then write the final checkpoint
-  // from a quiet shard.
-  (*store)->Shutdown();
-  server->Shutdown(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
-  (*service)->Stop();
-  checkpointer.join();
-  if (coordinator_thread.joinable()) coordinator_thread.join();
-  int rc = 0;
-  if (absl::GetFlag(FLAGS_checkpoint_on_exit)) {
-    if (absl::Status s = (*store)->CheckpointAll(); !s.ok()) {
-      Log(absl::StrCat("final checkpoint failed: ", s.ToString()));
-      rc = 1;
-    } else {
-      Log("final checkpoint written");
-    }
-  }
+  const int rc =
+      ShutDown(**store, *server, **service, checkpointer, coordinator_thread);
   server->Wait();
   signal_thread.join();
   Log("stopped");
