@@ -334,16 +334,237 @@ int RunCompare(Client& c, const CompareFlags& flags) {
   return kOk;
 }
 
-}  // namespace
-
-int Main(int argc, char** argv) {
-  CLI::App app{
-      "psctl: submit, watch and compare training jobs on a parameter-server "
-      "cluster, and run a local one.\n"
-      "Exit codes: 0 ok, 1 job failed/cancelled or internal error, 2 usage, "
-      "3 coordinator unreachable, 4 no such job, 5 invalid input."};
-  app.require_subcommand(1);
+// Every option's value once the command line is parsed.
+struct Flags {
   Globals g;
+  // cluster up
+  LocalClusterOptions up;
+  std::vector<std::string> worker_flags, server_flags, coordinator_flags;
+  std::string restart = "on-failure";
+  // the job commands
+  std::string job_file, job_id, format = "csv";
+  bool wait = false;
+  bool include_superseded = false;
+  CompareFlags cmp;
+};
+
+// A subcommand that needs no coordinator, and one that talks to it.
+struct LocalCommand {
+  CLI::App* app;
+  int (*run)(const Flags&);
+};
+struct CoordinatorCommand {
+  CLI::App* app;
+  int (*run)(Client&, const Flags&);
+};
+
+int ClusterUpCommand(const Flags& f) {
+  LocalClusterOptions up_opts = f.up;
+  up_opts.run_dir = f.g.run_dir;
+  up_opts.tls = f.g.tls;
+  up_opts.worker_flags = f.worker_flags;
+  up_opts.server_flags = f.server_flags;
+  up_opts.coordinator_flags = f.coordinator_flags;
+  up_opts.supervise = f.restart == "on-failure";
+  std::printf("starting %d servers and %d workers in %s ...\n", up_opts.servers,
+              up_opts.workers, f.g.run_dir.c_str());
+  absl::StatusOr<std::string> addr = ClusterUp(up_opts);
+  if (!addr.ok()) return Fail(addr.status());
+  std::printf("cluster up: coordinator %s, logs in %s/logs\n", addr->c_str(),
+              f.g.run_dir.c_str());
+  return kOk;
+}
+
+int ClusterDownCommand(const Flags& f) {
+  absl::StatusOr<std::vector<std::string>> stopped = ClusterDown(f.g.run_dir);
+  if (!stopped.ok()) return Fail(stopped.status());
+  std::printf("stopped %zu processes\n", stopped->size());
+  return kOk;
+}
+
+int ClusterSuperviseCommand(const Flags& f) {
+  return RunSupervisor(f.g.run_dir);
+}
+
+// The local cluster's processes (none printed when there is none).
+void PrintLocalProcesses(const std::string& run_dir) {
+  const auto procs = ClusterProcesses(run_dir);
+  if (procs.empty()) return;
+  const std::map<std::string, int> restarts = RestartCounts(run_dir);
+  std::printf("%-14s %8s %-6s %8s %s\n", "process", "pid", "state", "restarts",
+              "log");
+  for (const ProcessInfo& p : procs) {
+    auto r = restarts.find(p.name);
+    std::printf("%-14s %8d %-6s %8d %s\n", p.name.c_str(), p.pid,
+                p.alive ? "up" : "DOWN", r == restarts.end() ? 0 : r->second,
+                p.log.c_str());
+  }
+  std::printf("\n");
+}
+
+int ClusterStatusCommand(const Flags& f) {
+  PrintLocalProcesses(f.g.run_dir);
+  absl::StatusOr<Client> c = Client::Connect(f.g);
+  if (!c.ok()) return Fail(c.status());
+  ListMembersResponse members;
+  if (absl::Status s = c->Call(&CoordinatorService::Stub::ListMembers,
+                               ListMembersRequest(), &members);
+      !s.ok()) {
+    return Fail(s);
+  }
+  const int64_t now = absl::ToUnixMillis(absl::Now());
+  std::printf("coordinator %s: %s\n\n", c->address().c_str(),
+              HealthOf(c->address()).c_str());
+  // Workers' BLAS core and start-up GEMM probe: a slow one is a
+  // straggler in waiting.
+  std::printf("%-6s %-7s %-22s %-8s %-11s %9s %-6s %-15s %s\n", "id", "role",
+              "address", "device", "BLAS core", "GEMM GF/s", "state",
+              "last heartbeat", "health");
+  for (const Member& m : members.members()) {
+    const std::string beat =
+        absl::StrFormat("%.1fs ago", (now - m.last_heartbeat_ms()) / 1000.0);
+    const std::string gemm =
+        m.gemm_gflops() > 0 ? absl::StrFormat("%.1f", m.gemm_gflops()) : "-";
+    std::printf("%-6lld %-7s %-22s %-8s %-11s %9s %-6s %-15s %s\n",
+                static_cast<long long>(m.member_id()),
+                MemberRole_Name(m.role()).c_str(), m.address().c_str(),
+                m.device().c_str(),
+                m.blas_core().empty() ? "-" : m.blas_core().c_str(),
+                gemm.c_str(), MemberState_Name(m.state()).c_str(), beat.c_str(),
+                m.address().empty() || m.state() != ALIVE
+                    ? "-"
+                    : HealthOf(m.address()).c_str());
+  }
+  return kOk;
+}
+
+int SubmitCommand(Client& c, const Flags& f) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(f.job_file);
+  if (!spec.ok()) {
+    // A missing or unreadable spec file is bad input, not a missing job.
+    std::cerr << "psctl: " << spec.status().message() << "\n";
+    return kInvalid;
+  }
+  SubmitJobRequest req;
+  *req.mutable_spec() = *spec;
+  SubmitJobResponse resp;
+  if (absl::Status s = c.Call(&CoordinatorService::Stub::SubmitJob, req, &resp);
+      !s.ok()) {
+    return Fail(s);
+  }
+  std::printf("%s\n", resp.job_id().c_str());
+  std::fflush(stdout);
+  return f.wait ? WaitForJob(c, resp.job_id()) : kOk;
+}
+
+int WaitCommand(Client& c, const Flags& f) { return WaitForJob(c, f.job_id); }
+
+int ListCommand(Client& c, const Flags&) {
+  ListJobsResponse resp;
+  if (absl::Status s =
+          c.Call(&CoordinatorService::Stub::ListJobs, ListJobsRequest(), &resp);
+      !s.ok()) {
+    return Fail(s);
+  }
+  std::printf("%-16s %-18s %-10s %-5s %10s %8s %8s\n", "job", "name", "state",
+              "model", "step", "loss", "acc");
+  for (const JobRecord& r : resp.jobs()) {
+    std::printf(
+        "%-16s %-18s %-10s %-5s %10lld %8.4f %8.4f\n", r.job_id().c_str(),
+        r.spec().name().substr(0, 18).c_str(), JobState_Name(r.state()).c_str(),
+        ConsistencySpec::Model_Name(r.spec().consistency().model()).c_str(),
+        static_cast<long long>(r.global_step()), r.last_train_loss(),
+        r.last_test_accuracy());
+  }
+  return kOk;
+}
+
+int StatusCommand(Client& c, const Flags& f) {
+  JobData job;
+  if (absl::Status s = FetchJobMetrics(c, f.job_id, &job); !s.ok()) {
+    return Fail(s);
+  }
+  PrintJob(job);
+  return kOk;
+}
+
+int CancelCommand(Client& c, const Flags& f) {
+  CancelJobRequest req;
+  req.set_job_id(f.job_id);
+  req.set_reason("cancelled with psctl");
+  CancelJobResponse resp;
+  if (absl::Status s = c.Call(&CoordinatorService::Stub::CancelJob, req, &resp);
+      !s.ok()) {
+    return Fail(s);
+  }
+  std::printf("job %s %s\n", f.job_id.c_str(),
+              JobState_Name(resp.state()).c_str());
+  return kOk;
+}
+
+int MetricsCommand(Client& c, const Flags& f) {
+  // The coordinator renders CSV and JSON
+  // (server/coordinator/metrics_format.h) so every client exports the same
+  // columns.
+  GetMetricsRequest req;
+  req.set_job_id(f.job_id);
+  req.set_format(f.format);
+  req.set_include_superseded(f.include_superseded);
+  GetMetricsResponse resp;
+  if (absl::Status s =
+          c.Call(&CoordinatorService::Stub::GetMetrics, req, &resp);
+      !s.ok()) {
+    return Fail(s);
+  }
+  std::printf("%s", resp.text().c_str());
+  if (!resp.text().empty() && !resp.text().ends_with("\n")) std::printf("\n");
+  std::fflush(stdout);
+  // The job's metric, on stderr so that stdout stays CSV or JSON.
+  JobData job;
+  if (absl::Status s = FetchJobMetrics(c, f.job_id, &job); !s.ok()) {
+    return Fail(s);
+  }
+  const JobSummary summary = Summarize(job);
+  std::string line = FormatMetricValues(summary.values);
+  if (const std::string t = FormatTargetProgress(summary); !t.empty()) {
+    absl::StrAppend(&line, "; ", t);
+  }
+  std::fprintf(stderr, "job metric: %s\n", line.c_str());
+  return kOk;
+}
+
+int EventsCommand(Client& c, const Flags& f) {
+  GetEventsRequest req;
+  req.set_job_id(f.job_id);
+  GetEventsResponse resp;
+  if (absl::Status s = c.Call(&CoordinatorService::Stub::GetEvents, req, &resp);
+      !s.ok()) {
+    return Fail(s);
+  }
+  for (const JobEvent& e : resp.events()) {
+    std::printf("%s  %-16s %s\n", FormatTime(e.time_ms()).c_str(),
+                e.kind().c_str(), e.message().c_str());
+  }
+  return kOk;
+}
+
+int ExplainCommand(Client& c, const Flags& f) {
+  ExplainJobRequest req;
+  req.set_job_id(f.job_id);
+  ExplainJobResponse resp;
+  if (absl::Status s =
+          c.Call(&CoordinatorService::Stub::ExplainJob, req, &resp);
+      !s.ok()) {
+    return Fail(s);
+  }
+  std::printf("%s", resp.text().c_str());
+  if (!resp.text().ends_with("\n")) std::printf("\n");
+  return kOk;
+}
+
+int CompareCommand(Client& c, const Flags& f) { return RunCompare(c, f.cmp); }
+
+void AddGlobalOptions(CLI::App& app, Globals& g) {
   app.add_option("--coordinator", g.coordinator,
                  "Coordinator host:port (default: --coordinator_file, else "
                  "$PS_COORDINATOR, else the local cluster in --run_dir)");
@@ -366,38 +587,36 @@ int Main(int argc, char** argv) {
   app.add_option("--tls_ca", g.tls.ca_file,
                  "PEM CA bundle: use TLS and verify the peer against it "
                  "(`cluster up`: the daemons require client certificates)");
+}
 
-  // cluster up/down/status
+// cluster up/down/supervise/status
+std::vector<LocalCommand> AddClusterCommands(CLI::App& app, Flags& f) {
   CLI::App* cluster =
       app.add_subcommand("cluster", "Start, stop or inspect a local cluster");
   cluster->require_subcommand(1);
-  LocalClusterOptions up_opts;
   CLI::App* up = cluster->add_subcommand(
       "up", "Start a coordinator, N servers and M workers on this machine");
-  up->add_option("--servers", up_opts.servers, "Parameter-server shards")
+  up->add_option("--servers", f.up.servers, "Parameter-server shards")
       ->capture_default_str();
-  up->add_option("--workers", up_opts.workers, "Workers")
-      ->capture_default_str();
-  up->add_option("--device", up_opts.device,
+  up->add_option("--workers", f.up.workers, "Workers")->capture_default_str();
+  up->add_option("--device", f.up.device,
                  "Worker device: cpu, cuda or cuda:N (default: a GPU if one "
                  "works, else the CPU)");
-  up->add_option("--cpu_threads", up_opts.cpu_threads,
+  up->add_option("--cpu_threads", f.up.cpu_threads,
                  "BLAS threads per CPU worker")
       ->capture_default_str();
-  up->add_option("--bin_dir", up_opts.bin_dir,
+  up->add_option("--bin_dir", f.up.bin_dir,
                  "Directory with coordinator, ps_server, ps_worker (default: "
                  "next to psctl)");
-  std::vector<std::string> worker_flags, server_flags, coordinator_flags;
-  up->add_option("--worker_flag", worker_flags,
+  up->add_option("--worker_flag", f.worker_flags,
                  "Extra flag for every worker (repeatable). With more "
                  "servers and workers than CPU cores, workers get "
                  "--wait_spin_us=0 first (a --worker_flag overrides it)");
-  up->add_option("--server_flag", server_flags,
+  up->add_option("--server_flag", f.server_flags,
                  "Extra flag for every server (repeatable)");
-  up->add_option("--coordinator_flag", coordinator_flags,
+  up->add_option("--coordinator_flag", f.coordinator_flags,
                  "Extra flag for the coordinator (repeatable)");
-  std::string restart = "on-failure";
-  up->add_option("--restart", restart,
+  up->add_option("--restart", f.restart,
                  "on-failure: a supervisor starts a daemon that died again, "
                  "with its identity and data directory, with backoff "
                  "(events in <run_dir>/events.log); no: it stays down")
@@ -408,49 +627,57 @@ int Main(int argc, char** argv) {
   CLI::App* supervise = cluster->add_subcommand(
       "supervise", "Restart the local cluster's daemons that die");
   supervise->group("");
-  CLI::App* cstatus = cluster->add_subcommand(
+  CLI::App* status = cluster->add_subcommand(
       "status",
       "Members and their health (workers: BLAS core and GEMM probe), and "
       "the local processes");
+  return {{up, ClusterUpCommand},
+          {supervise, ClusterSuperviseCommand},
+          {down, ClusterDownCommand},
+          {status, ClusterStatusCommand}};
+}
 
-  // jobs
-  std::string job_file, job_id, format = "csv";
-  bool wait = false;
-  CompareFlags cmp;
+// A subcommand taking one job id.
+CLI::App* AddJobCommand(CLI::App& app, const std::string& name,
+                        const std::string& help, std::string& job_id) {
+  CLI::App* sub = app.add_subcommand(name, help);
+  sub->add_option("job", job_id, "Job id")->required();
+  return sub;
+}
+
+std::vector<CoordinatorCommand> AddJobCommands(CLI::App& app, Flags& f) {
   CLI::App* submit =
       app.add_subcommand("submit", "Submit a job spec (text format)");
-  submit->add_option("job", job_file, "Job spec .pbtxt")->required();
-  submit->add_flag("--wait", wait,
+  submit->add_option("job", f.job_file, "Job spec .pbtxt")->required();
+  submit->add_flag("--wait", f.wait,
                    "Follow the job with a progress bar until it ends");
   CLI::App* list = app.add_subcommand("list", "List jobs");
-  CLI::App* status = app.add_subcommand(
-      "status",
-      "Show one job, with its test metric (docs/metrics.md) and its target");
-  status->add_option("job", job_id, "Job id")->required();
-  CLI::App* waitcmd = app.add_subcommand("wait", "Follow a job until it ends");
-  waitcmd->add_option("job", job_id, "Job id")->required();
-  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
-  cancel->add_option("job", job_id, "Job id")->required();
-  CLI::App* metrics = app.add_subcommand(
-      "metrics",
+  CLI::App* status = AddJobCommand(
+      app, "status",
+      "Show one job, with its test metric (docs/metrics.md) and its target",
+      f.job_id);
+  CLI::App* wait =
+      AddJobCommand(app, "wait", "Follow a job until it ends", f.job_id);
+  CLI::App* cancel = AddJobCommand(app, "cancel", "Cancel a job", f.job_id);
+  CLI::App* metrics = AddJobCommand(
+      app, "metrics",
       "Print a job's metric series on stdout, and its test metric's last and "
-      "best value (and target) in one line on stderr");
-  metrics->add_option("job", job_id, "Job id")->required();
-  metrics->add_option("--format", format, "csv or json")
+      "best value (and target) in one line on stderr",
+      f.job_id);
+  metrics->add_option("--format", f.format, "csv or json")
       ->check(CLI::IsMember({"csv", "json"}))
       ->capture_default_str();
-  bool include_superseded = false;
   metrics->add_flag(
-      "--include_superseded", include_superseded,
+      "--include_superseded", f.include_superseded,
       "Also the points of steps a rollback made the job compute again, as "
       "reported before it (the incarnation column tells them apart)");
-  CLI::App* events = app.add_subcommand("events", "Print a job's events");
-  events->add_option("job", job_id, "Job id")->required();
-  CLI::App* explain = app.add_subcommand(
-      "explain",
+  CLI::App* events =
+      AddJobCommand(app, "events", "Print a job's events", f.job_id);
+  CLI::App* explain = AddJobCommand(
+      app, "explain",
       "Why a job is not moving (or slow): shards, barriers, clocks, "
-      "heartbeats, each worker's GEMM probe and BLAS core");
-  explain->add_option("job", job_id, "Job id")->required();
+      "heartbeats, each worker's GEMM probe and BLAS core",
+      f.job_id);
   CLI::App* compare = app.add_subcommand(
       "compare",
       "Compare jobs in their test metric (AUC, logloss, RMSE or accuracy: "
@@ -458,18 +685,37 @@ int Main(int argc, char** argv) {
       "<out>.gp and its data <out>-<job>-<m>.dat, m = acc, auc, logloss or "
       "rmse, and <out>-<job>-loss.dat, to replot). Jobs judged by different "
       "metrics are refused unless --metric names one");
-  compare->add_option("jobs", cmp.job_ids, "Job ids")->required();
-  compare->add_option("--metric", cmp.metric,
+  compare->add_option("jobs", f.cmp.job_ids, "Job ids")->required();
+  compare->add_option("--metric", f.cmp.metric,
                       "Compare in this metric: auc, logloss, rmse or accuracy "
                       "(default: the jobs' own, which must agree)");
   compare->add_option(
-      "--target", cmp.target,
+      "--target", f.cmp.target,
       "Target in the metric, met at >= for auc and accuracy, <= for logloss "
       "and rmse (default: the first job's target in it, from its spec's "
       "target or target_accuracy)");
-  compare->add_option("--out", cmp.out_prefix, "Plot file prefix")
+  compare->add_option("--out", f.cmp.out_prefix, "Plot file prefix")
       ->capture_default_str();
+  return {{submit, SubmitCommand},  {wait, WaitCommand},
+          {list, ListCommand},      {status, StatusCommand},
+          {cancel, CancelCommand},  {metrics, MetricsCommand},
+          {events, EventsCommand},  {explain, ExplainCommand},
+          {compare, CompareCommand}};
+}
 
+}  // namespace
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "psctl: submit, watch and compare training jobs on a parameter-server "
+      "cluster, and run a local one.\n"
+      "Exit codes: 0 ok, 1 job failed/cancelled or internal error, 2 usage, "
+      "3 coordinator unreachable, 4 no such job, 5 invalid input."};
+  app.require_subcommand(1);
+  Flags f;
+  AddGlobalOptions(app, f.g);
+  const std::vector<LocalCommand> local = AddClusterCommands(app, f);
+  const std::vector<CoordinatorCommand> remote = AddJobCommands(app, f);
   AddDeployCommands(app);  // slurm submit, k8s render (tools/psctl/deploy.h)
 
   try {
@@ -481,201 +727,14 @@ int Main(int argc, char** argv) {
     return rc == 0 ? kOk : kUsage;
   }
 
-  if (*up) {
-    up_opts.run_dir = g.run_dir;
-    up_opts.tls = g.tls;
-    up_opts.worker_flags = worker_flags;
-    up_opts.server_flags = server_flags;
-    up_opts.coordinator_flags = coordinator_flags;
-    up_opts.supervise = restart == "on-failure";
-    std::printf("starting %d servers and %d workers in %s ...\n",
-                up_opts.servers, up_opts.workers, g.run_dir.c_str());
-    absl::StatusOr<std::string> addr = ClusterUp(up_opts);
-    if (!addr.ok()) return Fail(addr.status());
-    std::printf("cluster up: coordinator %s, logs in %s/logs\n", addr->c_str(),
-                g.run_dir.c_str());
-    return kOk;
+  for (const LocalCommand& command : local) {
+    if (*command.app) return command.run(f);
   }
-  if (*supervise) return RunSupervisor(g.run_dir);
-  if (*down) {
-    absl::StatusOr<std::vector<std::string>> stopped = ClusterDown(g.run_dir);
-    if (!stopped.ok()) return Fail(stopped.status());
-    std::printf("stopped %zu processes\n", stopped->size());
-    return kOk;
-  }
-  if (*cstatus) {
-    const auto procs = ClusterProcesses(g.run_dir);
-    if (!procs.empty()) {
-      const std::map<std::string, int> restarts = RestartCounts(g.run_dir);
-      std::printf("%-14s %8s %-6s %8s %s\n", "process", "pid", "state",
-                  "restarts", "log");
-      for (const ProcessInfo& p : procs) {
-        auto r = restarts.find(p.name);
-        std::printf("%-14s %8d %-6s %8d %s\n", p.name.c_str(), p.pid,
-                    p.alive ? "up" : "DOWN",
-                    r == restarts.end() ? 0 : r->second, p.log.c_str());
-      }
-      std::printf("\n");
-    }
-    absl::StatusOr<Client> c = Client::Connect(g);
-    if (!c.ok()) return Fail(c.status());
-    ListMembersResponse members;
-    if (absl::Status s = c->Call(&CoordinatorService::Stub::ListMembers,
-                                 ListMembersRequest(), &members);
-        !s.ok()) {
-      return Fail(s);
-    }
-    const int64_t now = absl::ToUnixMillis(absl::Now());
-    std::printf("coordinator %s: %s\n\n", c->address().c_str(),
-                HealthOf(c->address()).c_str());
-    // Workers' BLAS core and start-up GEMM probe: a slow one is a
-    // straggler in waiting.
-    std::printf("%-6s %-7s %-22s %-8s %-11s %9s %-6s %-15s %s\n", "id", "role",
-                "address", "device", "BLAS core", "GEMM GF/s", "state",
-                "last heartbeat", "health");
-    for (const Member& m : members.members()) {
-      const std::string beat =
-          absl::StrFormat("%.1fs ago", (now - m.last_heartbeat_ms()) / 1000.0);
-      const std::string gemm =
-          m.gemm_gflops() > 0 ? absl::StrFormat("%.1f", m.gemm_gflops()) : "-";
-      std::printf("%-6lld %-7s %-22s %-8s %-11s %9s %-6s %-15s %s\n",
-                  static_cast<long long>(m.member_id()),
-                  MemberRole_Name(m.role()).c_str(), m.address().c_str(),
-                  m.device().c_str(),
-                  m.blas_core().empty() ? "-" : m.blas_core().c_str(),
-                  gemm.c_str(), MemberState_Name(m.state()).c_str(),
-                  beat.c_str(),
-                  m.address().empty() || m.state() != ALIVE
-                      ? "-"
-                      : HealthOf(m.address()).c_str());
-    }
-    return kOk;
-  }
-
-  absl::StatusOr<Client> c = Client::Connect(g);
+  absl::StatusOr<Client> c = Client::Connect(f.g);
   if (!c.ok()) return Fail(c.status());
-
-  if (*submit) {
-    absl::StatusOr<JobSpec> spec = LoadJobSpec(job_file);
-    if (!spec.ok()) {
-      // A missing or unreadable spec file is bad input, not a missing job.
-      std::cerr << "psctl: " << spec.status().message() << "\n";
-      return kInvalid;
-    }
-    SubmitJobRequest req;
-    *req.mutable_spec() = *spec;
-    SubmitJobResponse resp;
-    if (absl::Status s =
-            c->Call(&CoordinatorService::Stub::SubmitJob, req, &resp);
-        !s.ok()) {
-      return Fail(s);
-    }
-    std::printf("%s\n", resp.job_id().c_str());
-    std::fflush(stdout);
-    return wait ? WaitForJob(*c, resp.job_id()) : kOk;
+  for (const CoordinatorCommand& command : remote) {
+    if (*command.app) return command.run(*c, f);
   }
-  if (*waitcmd) return WaitForJob(*c, job_id);
-  if (*list) {
-    ListJobsResponse resp;
-    if (absl::Status s = c->Call(&CoordinatorService::Stub::ListJobs,
-                                 ListJobsRequest(), &resp);
-        !s.ok()) {
-      return Fail(s);
-    }
-    std::printf("%-16s %-18s %-10s %-5s %10s %8s %8s\n", "job", "name", "state",
-                "model", "step", "loss", "acc");
-    for (const JobRecord& r : resp.jobs()) {
-      std::printf(
-          "%-16s %-18s %-10s %-5s %10lld %8.4f %8.4f\n", r.job_id().c_str(),
-          r.spec().name().substr(0, 18).c_str(),
-          JobState_Name(r.state()).c_str(),
-          ConsistencySpec::Model_Name(r.spec().consistency().model()).c_str(),
-          static_cast<long long>(r.global_step()), r.last_train_loss(),
-          r.last_test_accuracy());
-    }
-    return kOk;
-  }
-  if (*status) {
-    JobData job;
-    if (absl::Status s = FetchJobMetrics(*c, job_id, &job); !s.ok()) {
-      return Fail(s);
-    }
-    PrintJob(job);
-    return kOk;
-  }
-  if (*cancel) {
-    CancelJobRequest req;
-    req.set_job_id(job_id);
-    req.set_reason("cancelled with psctl");
-    CancelJobResponse resp;
-    if (absl::Status s =
-            c->Call(&CoordinatorService::Stub::CancelJob, req, &resp);
-        !s.ok()) {
-      return Fail(s);
-    }
-    std::printf("job %s %s\n", job_id.c_str(),
-                JobState_Name(resp.state()).c_str());
-    return kOk;
-  }
-  if (*metrics) {
-    // The coordinator renders CSV and JSON
-    // (server/coordinator/metrics_format.h) so every client exports the same
-    // columns.
-    GetMetricsRequest req;
-    req.set_job_id(job_id);
-    req.set_format(format);
-    req.set_include_superseded(include_superseded);
-    GetMetricsResponse resp;
-    if (absl::Status s =
-            c->Call(&CoordinatorService::Stub::GetMetrics, req, &resp);
-        !s.ok()) {
-      return Fail(s);
-    }
-    std::printf("%s", resp.text().c_str());
-    if (!resp.text().empty() && !resp.text().ends_with("\n")) std::printf("\n");
-    std::fflush(stdout);
-    // The job's metric, on stderr so that stdout stays CSV or JSON.
-    JobData job;
-    if (absl::Status s = FetchJobMetrics(*c, job_id, &job); !s.ok()) {
-      return Fail(s);
-    }
-    const JobSummary summary = Summarize(job);
-    std::string line = FormatMetricValues(summary.values);
-    if (const std::string t = FormatTargetProgress(summary); !t.empty()) {
-      absl::StrAppend(&line, "; ", t);
-    }
-    std::fprintf(stderr, "job metric: %s\n", line.c_str());
-    return kOk;
-  }
-  if (*events) {
-    GetEventsRequest req;
-    req.set_job_id(job_id);
-    GetEventsResponse resp;
-    if (absl::Status s =
-            c->Call(&CoordinatorService::Stub::GetEvents, req, &resp);
-        !s.ok()) {
-      return Fail(s);
-    }
-    for (const JobEvent& e : resp.events()) {
-      std::printf("%s  %-16s %s\n", FormatTime(e.time_ms()).c_str(),
-                  e.kind().c_str(), e.message().c_str());
-    }
-    return kOk;
-  }
-  if (*explain) {
-    ExplainJobRequest req;
-    req.set_job_id(job_id);
-    ExplainJobResponse resp;
-    if (absl::Status s =
-            c->Call(&CoordinatorService::Stub::ExplainJob, req, &resp);
-        !s.ok()) {
-      return Fail(s);
-    }
-    std::printf("%s", resp.text().c_str());
-    if (!resp.text().ends_with("\n")) std::printf("\n");
-    return kOk;
-  }
-  if (*compare) return RunCompare(*c, cmp);
   return kUsage;
 }
 
