@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -151,12 +152,15 @@ double Run(const JobSpec& spec, worker::ParameterAccess* params,
   return r->steps * spec.data().batch_size() / secs;
 }
 
-int Main() {
-  const int repeats = absl::GetFlag(FLAGS_repeats);
-  if (repeats < 1) {
-    std::fprintf(stderr, "--repeats must be >= 1\n");
-    return 2;
-  }
+// What is measured: each consistency mode with each wait spin.
+struct Case {
+  std::string mode, label;
+  int spin_us;
+};
+
+// The cases of --consistency and --wait_spin_us; prints why and returns
+// false when a flag is wrong.
+bool ParseCases(std::vector<Case>& cases) {
   std::vector<std::string> modes;
   for (absl::string_view m :
        absl::StrSplit(absl::GetFlag(FLAGS_consistency), ',')) {
@@ -164,7 +168,7 @@ int Main() {
     if (mode != "BSP" && mode != "ASP" && mode != "SSP" &&
         mode != "ASP+overlap") {
       std::fprintf(stderr, "--consistency: unknown model '%s'\n", mode.c_str());
-      return 2;
+      return false;
     }
     modes.push_back(mode);
   }
@@ -175,10 +179,143 @@ int Main() {
     if (!absl::SimpleAtoi(v, &us) || us < 0) {
       std::fprintf(stderr, "--wait_spin_us: '%s' is not a number >= 0\n",
                    std::string(v).c_str());
-      return 2;
+      return false;
     }
     spins.push_back(us);
   }
+  for (const std::string& mode : modes) {
+    for (int us : spins) {
+      cases.push_back(
+          {mode, spins.size() > 1 ? absl::StrCat(mode, " ", us, "us") : mode,
+           us});
+    }
+  }
+  return true;
+}
+
+// The shard: in this process, or a ps_server of its own (as deployed).
+struct Shard {
+  std::unique_ptr<server::ShardStore> store;
+  std::unique_ptr<server::ParameterServiceAdapter> adapter;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  bool remote = false;
+};
+
+// Connects to --server, or starts a shard in this process. Returns false
+// when it cannot.
+bool OpenShard(Shard& shard) {
+  shard.address = absl::GetFlag(FLAGS_server);
+  shard.remote = !shard.address.empty();
+  if (shard.remote) {
+    // Before the compute-only loop: a wrong address fails at once.
+    if (!CanConnect(shard.address, absl::Seconds(5))) {
+      std::fprintf(stderr, "--server: cannot connect to %s within 5 s\n",
+                   shard.address.c_str());
+      return false;
+    }
+    return true;
+  }
+  server::ShardStoreOptions store_options;
+  store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
+  if (store_options.apply_threads == 0) {
+    store_options.apply_threads = server::DefaultApplyThreads();
+  }
+  auto s = server::ShardStore::Create(store_options);
+  if (!s.ok()) return false;
+  shard.store = *std::move(s);
+  auto a = server::ParameterServiceAdapter::Create(shard.store.get(), {});
+  if (!a.ok()) return false;
+  shard.adapter = *std::move(a);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
+  builder.RegisterService(shard.adapter->service());
+  shard.server = builder.BuildAndStart();
+  shard.address = absl::StrCat("127.0.0.1:", port);
+  return true;
+}
+
+// Sets `spec` up as `job_id` on the shard through its RPCs (as the
+// coordinator does, whichever shard) and trains it through the PS (TearDown
+// ends it). Returns examples/s, or nothing (why printed) when the job could not
+// be set up.
+std::optional<double> MeasureWithPs(const Shard& shard,
+                                    coordinator::ShardClient& shards,
+                                    const std::string& token,
+                                    const JobSpec& spec,
+                                    const std::string& job_id, int spin_us,
+                                    std::shared_ptr<const worker::Dataset> data,
+                                    kernels::Backend* backend) {
+  SetupJobRequest setup;
+  setup.set_job_id(job_id);
+  *setup.mutable_spec() = spec;
+  setup.set_shard_index(0);
+  setup.set_num_shards(1);
+  setup.add_worker_ids(1);
+  if (absl::Status s = shards.SetupJob(shard.address, setup).status();
+      !s.ok()) {
+    // (The shard client's message names the server.)
+    std::fprintf(stderr, "setup: SetupJob: %s\n",
+                 std::string(s.message()).c_str());
+    return std::nullopt;
+  }
+  WorkerAssignment a;
+  a.set_job_id(job_id);
+  *a.mutable_spec() = spec;
+  a.add_server_addresses(shard.address);
+  worker::PsAccessOptions ao;
+  ao.member_id = 1;
+  ao.token = token;
+  ao.wait_spin = absl::Microseconds(spin_us);
+  auto access = worker::CreatePsAccess(a, ao);
+  if (!access.ok()) return std::nullopt;
+  return Run(spec, access->get(), data, backend, job_id, {shard.address});
+}
+
+// Frees the job's shard memory before the next one.
+void TearDown(const Shard& shard, coordinator::ShardClient& shards,
+              const std::string& job_id) {
+  TeardownJobRequest teardown;
+  teardown.set_job_id(job_id);
+  if (absl::Status s = shards.TeardownJob(shard.address, teardown); !s.ok()) {
+    std::fprintf(stderr, "warning: TeardownJob %s: %s\n", job_id.c_str(),
+                 std::string(s.message()).c_str());
+  }
+}
+
+// One case's ratios to the compute-only loop, one per repeat.
+struct Ratios {
+  int batch;
+  std::string mode;
+  std::vector<double> values;
+};
+
+void PrintSummary(std::vector<Ratios>& ratios, int repeats) {
+  std::printf("\nratio to the compute-only loop over %d repeat(s)\n", repeats);
+  std::printf("%6s %-17s %7s %7s %7s\n", "batch", "mode", "median", "min",
+              "max");
+  for (Ratios& r : ratios) {
+    std::vector<double>& v = r.values;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    const double median =
+        n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+    std::printf("%6d %-17s %7.2f %7.2f %7.2f\n", r.batch, r.mode.c_str(),
+                median, v.front(), v.back());
+  }
+}
+
+int Main() {
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  if (repeats < 1) {
+    std::fprintf(stderr, "--repeats must be >= 1\n");
+    return 2;
+  }
+  std::vector<Case> cases;
+  if (!ParseCases(cases)) return 2;
   auto train = worker::LoadFashionMnist(worker::kDefaultFashionMnistDir,
                                         worker::Split::kTrain);
   if (!train.ok()) {
@@ -190,43 +327,11 @@ int Main() {
       kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
   if (!backend.ok()) return 1;
 
-  // The shard: in this process, or a ps_server of its own (as deployed).
-  std::unique_ptr<server::ShardStore> store;
-  std::unique_ptr<server::ParameterServiceAdapter> adapter;
-  std::unique_ptr<grpc::Server> server;
   absl::StatusOr<std::string> token =
       ReadClusterToken("", std::getenv("PS_TOKEN"));
   if (!token.ok()) return 1;
-  std::string address = absl::GetFlag(FLAGS_server);
-  const bool remote = !address.empty();
-  if (remote) {
-    // Before the compute-only loop: a wrong address fails at once.
-    if (!CanConnect(address, absl::Seconds(5))) {
-      std::fprintf(stderr, "--server: cannot connect to %s within 5 s\n",
-                   address.c_str());
-      return 1;
-    }
-  } else {
-    server::ShardStoreOptions store_options;
-    store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
-    if (store_options.apply_threads == 0) {
-      store_options.apply_threads = server::DefaultApplyThreads();
-    }
-    auto s = server::ShardStore::Create(store_options);
-    if (!s.ok()) return 1;
-    store = *std::move(s);
-    auto a = server::ParameterServiceAdapter::Create(store.get(), {});
-    if (!a.ok()) return 1;
-    adapter = *std::move(a);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
-    builder.RegisterService(adapter->service());
-    server = builder.BuildAndStart();
-    address = absl::StrCat("127.0.0.1:", port);
-  }
+  Shard shard;
+  if (!OpenShard(shard)) return 1;
   // Jobs are set up and torn down through the shard's RPCs, as the
   // coordinator does, whichever setup.
   coordinator::GrpcShardClientOptions shard_options;
@@ -234,19 +339,6 @@ int Main() {
   std::unique_ptr<coordinator::ShardClient> shards =
       coordinator::MakeGrpcShardClient(shard_options);
 
-  // What is measured: each mode with each spin.
-  struct Case {
-    std::string mode, label;
-    int spin_us;
-  };
-  std::vector<Case> cases;
-  for (const std::string& mode : modes) {
-    for (int us : spins) {
-      cases.push_back(
-          {mode, spins.size() > 1 ? absl::StrCat(mode, " ", us, "us") : mode,
-           us});
-    }
-  }
   std::printf(
       "MLP 784-256-128-10 on the CPU (%d BLAS thread, OpenBLAS core %s, "
       "%s), %d steps each, %d repeat(s)\n",
@@ -257,11 +349,6 @@ int Main() {
               "compute ex/s", "with PS ex/s", "ratio");
   // Each ratio divides by the compute-only loop measured in the same
   // repeat, just before: the machine's speed drifts over a run.
-  struct Ratios {
-    int batch;
-    std::string mode;
-    std::vector<double> values;  // one per repeat
-  };
   std::vector<Ratios> ratios;
   int job = 0;
   for (absl::string_view b :
@@ -282,62 +369,25 @@ int Main() {
         // On a shared server, ids of this run only (another run's jobs may
         // still be there).
         const std::string job_id =
-            remote ? absl::StrCat("bench-", getpid(), "-", ++job)
-                   : absl::StrCat("bench-", ++job);
-        SetupJobRequest setup;
-        setup.set_job_id(job_id);
-        *setup.mutable_spec() = spec;
-        setup.set_shard_index(0);
-        setup.set_num_shards(1);
-        setup.add_worker_ids(1);
-        if (absl::Status s = shards->SetupJob(address, setup).status();
-            !s.ok()) {
-          // (The shard client's message names the server.)
-          std::fprintf(stderr, "setup: SetupJob: %s\n",
-                       std::string(s.message()).c_str());
-          return 1;
-        }
-        WorkerAssignment a;
-        a.set_job_id(job_id);
-        *a.mutable_spec() = spec;
-        a.add_server_addresses(address);
-        worker::PsAccessOptions ao;
-        ao.member_id = 1;
-        ao.token = *token;
-        ao.wait_spin = absl::Microseconds(c.spin_us);
-        auto access = worker::CreatePsAccess(a, ao);
-        if (!access.ok()) return 1;
-        const double with_ps =
-            Run(spec, access->get(), data, backend->get(), job_id, {address});
+            shard.remote ? absl::StrCat("bench-", getpid(), "-", ++job)
+                         : absl::StrCat("bench-", ++job);
+        const std::optional<double> with_ps =
+            MeasureWithPs(shard, *shards, *token, spec, job_id, c.spin_us, data,
+                          backend->get());
+        if (!with_ps.has_value()) return 1;
         std::printf("%6d %-17s %6d %16.0f %16.0f %7.2f\n", batch,
-                    c.label.c_str(), rep, compute, with_ps, with_ps / compute);
+                    c.label.c_str(), rep, compute, *with_ps,
+                    *with_ps / compute);
         std::fflush(stdout);
-        ratios[first + k].values.push_back(with_ps / compute);
-        // Frees the job's shard memory before the next one.
-        TeardownJobRequest teardown;
-        teardown.set_job_id(job_id);
-        if (absl::Status s = shards->TeardownJob(address, teardown); !s.ok()) {
-          std::fprintf(stderr, "warning: TeardownJob %s: %s\n", job_id.c_str(),
-                       std::string(s.message()).c_str());
-        }
+        ratios[first + k].values.push_back(*with_ps / compute);
+        TearDown(shard, *shards, job_id);
       }
     }
   }
-  std::printf("\nratio to the compute-only loop over %d repeat(s)\n", repeats);
-  std::printf("%6s %-17s %7s %7s %7s\n", "batch", "mode", "median", "min",
-              "max");
-  for (Ratios& r : ratios) {
-    std::vector<double>& v = r.values;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    const double median =
-        n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-    std::printf("%6d %-17s %7.2f %7.2f %7.2f\n", r.batch, r.mode.c_str(),
-                median, v.front(), v.back());
-  }
-  if (server != nullptr) {
-    server->Shutdown();
-    adapter->Stop();
+  PrintSummary(ratios, repeats);
+  if (shard.server != nullptr) {
+    shard.server->Shutdown();
+    shard.adapter->Stop();
   }
   return 0;
 }
