@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/config.h"
+#include "common/file_system.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
@@ -79,7 +80,10 @@ absl::StatusOr<int> Spawn(const std::vector<std::string>& argv,
     execv(args[0], args.data());
     _exit(127);
   }
-  std::ofstream(pid_file) << pid << "\n";
+  // As before the atomic write: a pid file that cannot be written is not
+  // an error here (`cluster down` then misses that daemon).
+  WriteFileAtomically(FileSystem::Posix(), pid_file, absl::StrCat(pid, "\n"))
+      .IgnoreError();
   return pid;
 }
 
@@ -240,6 +244,46 @@ absl::StatusOr<std::vector<std::string>> ClusterDown(const std::string& run_dir,
   return stopped;
 }
 
+namespace {
+
+// Polls the coordinator until o.servers servers and o.workers workers are
+// alive; fails when a daemon of the run directory exits, or at `deadline`.
+absl::Status WaitForMembers(const LocalClusterOptions& o,
+                            CoordinatorService::Stub& stub,
+                            const std::string& token, absl::Time deadline) {
+  int servers = 0, workers = 0;
+  while (absl::Now() < deadline) {
+    for (const ProcessInfo& p : ClusterProcesses(o.run_dir)) {
+      ReapChildren();
+      if (!Alive(p.pid)) {
+        return absl::InternalError(
+            absl::StrCat(p.name, " exited during start-up; see ", p.log));
+      }
+    }
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, absl::Seconds(2), token);
+    ListMembersResponse members;
+    if (stub.ListMembers(&ctx, ListMembersRequest(), &members).ok()) {
+      servers = workers = 0;
+      for (const Member& m : members.members()) {
+        if (m.state() != ALIVE) continue;
+        servers += m.role() == SERVER;
+        workers += m.role() == WORKER;
+      }
+      if (servers >= o.servers && workers >= o.workers) {
+        return absl::OkStatus();
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "only ", servers, "/", o.servers, " servers and ", workers, "/",
+      o.workers, " workers registered within the start timeout; see ",
+      o.run_dir, "/logs/"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
   if (o.servers < 1 || o.workers < 1) {
     return absl::InvalidArgumentError(
@@ -283,7 +327,8 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
   if (!o.tls.ca_file.empty()) tls_flags.push_back("--tls_ca=" + o.tls.ca_file);
   const std::string token_file = o.run_dir + "/token";
   if (!fs::exists(token_file)) {
-    std::ofstream(token_file) << RandomToken() << "\n";
+    PS_RETURN_IF_ERROR(WriteFileAtomically(FileSystem::Posix(), token_file,
+                                           RandomToken() + "\n"));
     chmod(token_file.c_str(), 0600);
   }
 
@@ -310,13 +355,23 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
   argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
   argv.insert(argv.end(), o.coordinator_flags.begin(),
               o.coordinator_flags.end());
+  fs::remove(coord_file, ec);  // one a crashed cluster left behind
   absl::StatusOr<int> pid = start("coordinator", argv);
   if (!pid.ok()) return fail(pid.status());
-  absl::StatusOr<std::string> port = WaitForPortFile(
-      coord_port_file, *pid, o.run_dir + "/logs/coordinator.log", deadline);
+  const std::string coordinator_log = o.run_dir + "/logs/coordinator.log";
+  absl::StatusOr<std::string> port =
+      WaitForPortFile(coord_port_file, *pid, coordinator_log, deadline);
   if (!port.ok()) return fail(Annotate(port.status(), "coordinator"));
   const std::string address = "127.0.0.1:" + Trim(*port);
-  std::ofstream(coord_file) << address << "\n";
+  // The coordinator publishes its address in coord_file (atomically, as
+  // <file>.tmp renamed) right after its port file; the servers and workers
+  // follow that file. psctl does not write it too: two writers of the same
+  // <file>.tmp make one rename fail.
+  if (absl::StatusOr<std::string> published =
+          WaitForPortFile(coord_file, *pid, coordinator_log, deadline);
+      !published.ok()) {
+    return fail(Annotate(published.status(), "coordinator"));
+  }
 
   for (int i = 0; i < o.servers; ++i) {
     const std::string name = absl::StrCat("server-", i);
@@ -359,37 +414,12 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
   channel_options.tls = o.tls;
   PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, channel_options));
   auto stub = CoordinatorService::NewStub(channel);
-  int servers = 0, workers = 0;
-  while (absl::Now() < deadline) {
-    for (const ProcessInfo& p : ClusterProcesses(o.run_dir)) {
-      ReapChildren();
-      if (!Alive(p.pid)) {
-        return fail(absl::InternalError(
-            absl::StrCat(p.name, " exited during start-up; see ", p.log)));
-      }
-    }
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, absl::Seconds(2), token);
-    ListMembersResponse members;
-    if (stub->ListMembers(&ctx, ListMembersRequest(), &members).ok()) {
-      servers = workers = 0;
-      for (const Member& m : members.members()) {
-        if (m.state() != ALIVE) continue;
-        servers += m.role() == SERVER;
-        workers += m.role() == WORKER;
-      }
-      if (servers >= o.servers && workers >= o.workers) {
-        absl::Status s = o.supervise ? StartSupervisor(o) : absl::OkStatus();
-        if (!s.ok()) return fail(s);
-        return address;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(100));
+  if (absl::Status s = WaitForMembers(o, *stub, token, deadline); !s.ok()) {
+    return fail(s);
   }
-  return fail(absl::DeadlineExceededError(absl::StrCat(
-      "only ", servers, "/", o.servers, " servers and ", workers, "/",
-      o.workers, " workers registered within the start timeout; see ",
-      o.run_dir, "/logs/")));
+  absl::Status s = o.supervise ? StartSupervisor(o) : absl::OkStatus();
+  if (!s.ok()) return fail(s);
+  return address;
 }
 
 }  // namespace ps::psctl
