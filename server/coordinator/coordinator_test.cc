@@ -14,82 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/fake_clock.h"
+#include "server/coordinator/test_fakes.h"
 
 namespace ps::coordinator {
 namespace {
-
-// Shards that answer from memory and record what they were asked.
-class FakeShards : public ShardClient {
- public:
-  absl::StatusOr<SetupJobResponse> SetupJob(
-      const std::string& address, const SetupJobRequest& request) override {
-    absl::MutexLock l(&mu_);
-    setups.push_back(request);
-    if (!setup_error.ok()) return setup_error;
-    jobs_[address].insert(request.job_id());
-    SetupJobResponse r;
-    if (request.restore()) {
-      // The newest of the address's checkpoints within the bound.
-      auto it = checkpoints.find(address);
-      const std::vector<int64_t> have =
-          it == checkpoints.end() ? std::vector<int64_t>{40} : it->second;
-      for (int64_t v : have) {
-        if ((request.restore_max_version() == 0 ||
-             v <= request.restore_max_version()) &&
-            v > r.version()) {
-          r.set_version(v);
-        }
-      }
-      r.set_restored(r.version() > 0);
-    }
-    if (request.start_version() > 0) r.set_version(request.start_version());
-    return r;
-  }
-  absl::StatusOr<UpdateMembershipResponse> UpdateMembership(
-      const std::string& address,
-      const UpdateMembershipRequest& request) override {
-    absl::MutexLock l(&mu_);
-    (void)address;
-    memberships.push_back(request);
-    return UpdateMembershipResponse();
-  }
-  absl::Status TeardownJob(const std::string& address,
-                           const TeardownJobRequest& request) override {
-    absl::MutexLock l(&mu_);
-    teardowns.push_back(request);
-    jobs_[address].erase(request.job_id());
-    return absl::OkStatus();
-  }
-  absl::StatusOr<ShardStatus> GetShardStatus(
-      const std::string& address,
-      const GetShardStatusRequest& request) override {
-    absl::MutexLock l(&mu_);
-    if (!jobs_[address].count(request.job_id())) {
-      return absl::NotFoundError("no such job on this shard");
-    }
-    ShardStatus s = status;
-    s.set_job_id(request.job_id());
-    return s;
-  }
-  // Forgets every job (a restarted shard).
-  void Restart(const std::string& address) {
-    absl::MutexLock l(&mu_);
-    jobs_[address].clear();
-  }
-
-  // Tests read these after the coordinator's calls returned.
-  std::vector<SetupJobRequest> setups;
-  std::vector<UpdateMembershipRequest> memberships;
-  std::vector<TeardownJobRequest> teardowns;
-  absl::Status setup_error;
-  ShardStatus status;
-  // Checkpoint versions per address (default: one at version 40).
-  std::map<std::string, std::vector<int64_t>> checkpoints;
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::set<std::string>> jobs_;
-};
 
 JobSpec Spec(int num_workers) {
   JobSpec spec;
@@ -110,6 +38,9 @@ class CoordinatorTest : public ::testing::Test {
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
     options_.check_dataset_files = false;
+    // Every shard holds a checkpoint at version 40 unless a test says
+    // otherwise.
+    shards_.default_checkpoints = {40};
     Start();
   }
 
@@ -246,7 +177,7 @@ class CoordinatorTest : public ::testing::Test {
   std::string dir_;
   std::vector<int64_t> servers_;  // heartbeat in Advance()
   FakeClock clock_;
-  FakeShards shards_;
+  FakeShardClient shards_;
   CoordinatorOptions options_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<Coordinator> coordinator_;
@@ -263,10 +194,11 @@ TEST_F(CoordinatorTest, LifecycleFromSubmitToSucceeded) {
   JobRecord r = Job(id);
   ASSERT_EQ(r.state(), RUNNING) << r.reason();
   ASSERT_EQ(shards_.setups.size(), 2u);
-  EXPECT_EQ(shards_.setups[1].shard_index(), 1);
-  EXPECT_EQ(shards_.setups[1].num_shards(), 2);
-  EXPECT_EQ(shards_.setups[0].worker_ids_size(), 2);
-  EXPECT_EQ(shards_.setups[0].spec().data().batch_size(), 128);  // normalised
+  EXPECT_EQ(shards_.setups[1].second.shard_index(), 1);
+  EXPECT_EQ(shards_.setups[1].second.num_shards(), 2);
+  EXPECT_EQ(shards_.setups[0].second.worker_ids_size(), 2);
+  EXPECT_EQ(shards_.setups[0].second.spec().data().batch_size(),
+            128);  // normalised
 
   const WorkerAssignment a0 = Beat(w0).assignment();
   const WorkerAssignment a1 = Beat(w1).assignment();
@@ -295,7 +227,7 @@ TEST_F(CoordinatorTest, LifecycleFromSubmitToSucceeded) {
   EXPECT_DOUBLE_EQ(r.best_test_accuracy(), 0.7);
   EXPECT_DOUBLE_EQ(r.examples_per_sec(), 1000);
   EXPECT_EQ(shards_.teardowns.size(), 2u);
-  EXPECT_TRUE(shards_.teardowns[0].final_checkpoint());
+  EXPECT_TRUE(shards_.teardowns[0].second.final_checkpoint());
   EXPECT_EQ(Beat(w0, id).assignment().command(), WorkerAssignment::STOP);
   EXPECT_EQ(Beat(w0).assignment().command(), WorkerAssignment::IDLE);
 
@@ -376,7 +308,7 @@ TEST_F(CoordinatorTest, CancelStopsWorkersAndTearsDown) {
   EXPECT_EQ(Job(id).reason(), "cancelled: enough");
   EXPECT_EQ(Beat(w[0], id, 3).assignment().command(), WorkerAssignment::STOP);
   EXPECT_EQ(shards_.teardowns.size(), 1u);
-  EXPECT_FALSE(shards_.teardowns[0].final_checkpoint());
+  EXPECT_FALSE(shards_.teardowns[0].second.final_checkpoint());
   EXPECT_TRUE(coordinator_->CancelJob(c).ok());  // idempotent
   c.set_job_id("job-404");
   EXPECT_EQ(coordinator_->CancelJob(c).status().code(),
@@ -413,7 +345,7 @@ TEST_F(CoordinatorTest, SilentWorkerIsEvictedAndItsDataShardReassigned) {
   EXPECT_EQ(covered, (std::multiset<int>{0, 1, 2}));
   // The shards were told the new membership.
   ASSERT_FALSE(shards_.memberships.empty());
-  const UpdateMembershipRequest& u = shards_.memberships.back();
+  const UpdateMembershipRequest& u = shards_.memberships.back().second;
   EXPECT_EQ(u.membership_epoch(), 2);
   EXPECT_EQ(std::set<int64_t>(u.worker_ids().begin(), u.worker_ids().end()),
             std::set<int64_t>(alive.begin(), alive.end()));
@@ -586,7 +518,7 @@ TEST_F(CoordinatorTest, RestartedServerIsSetUpAgainFromItsCheckpoint) {
   AddServer("127.0.0.1:7001");  // a new process at the same address
   coordinator_->Tick();
   ASSERT_EQ(shards_.setups.size(), 2u);
-  EXPECT_TRUE(shards_.setups[1].restore());
+  EXPECT_TRUE(shards_.setups[1].second.restore());
   EXPECT_TRUE(HasEvent(id, "server_restored"));
 }
 
@@ -606,7 +538,7 @@ TEST_F(CoordinatorTest, RestartedServerRollsTheJobBackToOneVersion) {
   // 7002 restores 40 (its newest); 7001 has nothing at 40 and restores 20;
   // 7002 goes back to 20 as well.
   std::vector<std::pair<int, int64_t>> calls;
-  for (const SetupJobRequest& r : shards_.setups) {
+  for (const auto& [address, r] : shards_.setups) {
     EXPECT_TRUE(r.replace());
     EXPECT_EQ(r.incarnation(), 1);
     calls.emplace_back(r.shard_index(), r.restore_max_version());
@@ -682,7 +614,7 @@ TEST_F(CoordinatorTest, AspRollbackRestoresEachShardsNewest) {
   Advance(100, w, id, 57);
   RestartServer("127.0.0.1:7002");
   std::vector<std::pair<int, int64_t>> calls;
-  for (const SetupJobRequest& r : shards_.setups) {
+  for (const auto& [address, r] : shards_.setups) {
     EXPECT_TRUE(r.replace());
     EXPECT_TRUE(r.restore());
     calls.emplace_back(r.shard_index(), r.restore_max_version());
@@ -702,7 +634,7 @@ TEST_F(CoordinatorTest, BspRollbackWithoutACommonVersionRelabels) {
   const std::string id = TwoShardJob(1, Spec(1), &w);
   RestartServer("127.0.0.1:7002");
   ASSERT_GE(shards_.setups.size(), 2u);
-  const SetupJobRequest& last = shards_.setups.back();
+  const SetupJobRequest& last = shards_.setups.back().second;
   EXPECT_EQ(last.start_version(), 40);
   EXPECT_EQ(last.restore_max_version(), 40);
   EXPECT_EQ(Job(id).global_step(), 40);
@@ -782,7 +714,7 @@ TEST_F(CoordinatorTest, CoordinatorRestartLosesNothingAcknowledged) {
   coordinator_->Tick();
   // The shard still held the job: no second setup, just the membership.
   EXPECT_EQ(shards_.setups.size(), 1u);
-  EXPECT_EQ(shards_.memberships.back().membership_epoch(), 1);
+  EXPECT_EQ(shards_.memberships.back().second.membership_epoch(), 1);
   // New ids never collide with ids handed out before the restart.
   EXPECT_GT(AddWorker(), w[1]);
   EXPECT_EQ(Job(id).state(), RUNNING);

@@ -64,10 +64,14 @@ class FakeShardClient : public ShardClient {
     setups.emplace_back(address, request);
     auto err = setup_errors.find(address);
     if (err != setup_errors.end()) return err->second;
+    if (!setup_error.ok()) return setup_error;
     jobs[address].insert(request.job_id());
     SetupJobResponse r;
     if (request.restore()) {
-      for (int64_t v : checkpoints[address]) {
+      auto it = checkpoints.find(address);
+      const std::vector<int64_t>& have =
+          it == checkpoints.end() ? default_checkpoints : it->second;
+      for (int64_t v : have) {
         if ((request.restore_max_version() == 0 ||
              v <= request.restore_max_version()) &&
             v > r.version()) {
@@ -105,16 +109,24 @@ class FakeShardClient : public ShardClient {
     s.set_job_id(request.job_id());
     return s;
   }
+  // Forgets every job at `address` (a restarted shard).
+  void Restart(const std::string& address) {
+    absl::MutexLock l(&mu_);
+    jobs[address].clear();
+  }
 
   // Tests set these before, and read them after, the calls.
   std::vector<std::pair<std::string, SetupJobRequest>> setups;
   std::vector<std::pair<std::string, UpdateMembershipRequest>> memberships;
   std::vector<std::pair<std::string, TeardownJobRequest>> teardowns;
   std::map<std::string, absl::Status> setup_errors;  // by address
+  absl::Status setup_error;  // at every address not in setup_errors
   absl::Status teardown_error;
   ShardStatus status;
   std::map<std::string, std::vector<int64_t>> checkpoints;  // by address
-  std::map<std::string, std::set<std::string>> jobs;        // held, by address
+  // The checkpoint versions of an address not in `checkpoints`.
+  std::vector<int64_t> default_checkpoints;
+  std::map<std::string, std::set<std::string>> jobs;  // held, by address
 
  private:
   absl::Mutex mu_;
