@@ -354,6 +354,14 @@ int Run() {
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartGrpcServer(**service, tls, port);
   if (server == nullptr) return 2;
+  // Before any thread starts: returning with a joinable std::thread would
+  // terminate the process instead of exiting 2.
+  absl::StatusOr<std::unique_ptr<CoordinatorConnection>> coordinator =
+      CoordinatorFromFlags(tls);
+  if (!coordinator.ok()) {
+    Log(coordinator.status().ToString());
+    return 2;
+  }
 
   absl::Notification stop;
   std::thread signal_thread([&] {
@@ -364,12 +372,6 @@ int Run() {
   });
   std::thread checkpointer(CheckpointLoop, store->get(), &stop);
   std::thread coordinator_thread;
-  absl::StatusOr<std::unique_ptr<CoordinatorConnection>> coordinator =
-      CoordinatorFromFlags(tls);
-  if (!coordinator.ok()) {
-    Log(coordinator.status().ToString());
-    return 2;
-  }
   if (*coordinator != nullptr) {
     coordinator_thread =
         std::thread(CoordinatorLoop, coordinator->get(),

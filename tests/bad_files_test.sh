@@ -5,6 +5,8 @@
 #  - a dataset directory holding the right names but a truncated images
 #    file, or labels that do not match the images: the job ends FAILED with
 #    a reason naming the file; the worker stays up and the next job succeeds.
+#  - ps_server started with contradictory coordinator flags exits 2 with
+#    the reason.
 # (Corrupted and truncated checkpoints: server/checkpoint_test.cc and
 # server/shard/job_checkpoint_test.cc
 # CorruptCheckpointFallsBackToThePreviousOne.)
@@ -56,5 +58,16 @@ spec good "$DS" 20
 JOB=$(submit "$T/good.pbtxt")
 [[ $(wait_end "$JOB" 90) == SUCCEEDED ]] || fail "a good job after the bad ones failed"
 echo "ok: the next job SUCCEEDED"
+
+# 4. Bad daemon flags: ps_server given both --coordinator and
+# --coordinator_file exits 2 with the reason (before its threads start; it
+# used to abort on a joinable thread).
+rc=0
+timeout 20 "$R/server/ps_server" --port=0 --token_file="$RUN/token" \
+  --data_dir="$T/flags-data" --coordinator=127.0.0.1:1 \
+  --coordinator_file="$T/coordinator.addr" >"$T/flags.out" 2>&1 || rc=$?
+((rc == 2)) || { cat "$T/flags.out"; fail "ps_server with both coordinator flags exited $rc, want 2"; }
+grep -q "not both" "$T/flags.out" || { cat "$T/flags.out"; fail "the reason is not printed"; }
+echo "ok: ps_server refuses both coordinator flags: $(tail -n1 "$T/flags.out")"
 
 echo "PASS"
