@@ -13,7 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/data_plan.h"
 #include "common/fake_clock.h"
+#include "server/coordinator/job_state.h"
 #include "server/coordinator/test_fakes.h"
 
 namespace ps::coordinator {
@@ -336,13 +338,22 @@ TEST_F(CoordinatorTest, SilentWorkerIsEvictedAndItsDataShardReassigned) {
   EXPECT_EQ(r.membership_epoch(), 2);
   EXPECT_EQ(r.evictions(), 1);
   EXPECT_TRUE(HasEvent(id, "evicted"));
-  // Every data shard is still trained by someone.
-  std::multiset<int> covered;
+  // Every data shard is still trained by someone: the evicted worker's
+  // untrained batches are spread over both survivors' plans, each batch
+  // once.
+  const int64_t steps = JobShardSteps(r);
+  ASSERT_GT(steps, 0);
+  std::set<int> covered;
+  int64_t shard2 = 0;
   for (int64_t m : alive) {
     const HeartbeatResponse hb = Beat(m, id);
     for (int s : hb.assignment().data_shards()) covered.insert(s);
+    for (const DataSegment& d : hb.assignment().plan()) {
+      if (d.data_shard() == 2) shard2 += SegmentBatches(d, steps);
+    }
   }
-  EXPECT_EQ(covered, (std::multiset<int>{0, 1, 2}));
+  EXPECT_EQ(covered, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(shard2, steps) << "the evicted worker had reported no clock";
   // The shards were told the new membership.
   ASSERT_FALSE(shards_.memberships.empty());
   const UpdateMembershipRequest& u = shards_.memberships.back().second;

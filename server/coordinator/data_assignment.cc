@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/coordinator/leftover_data.h"
 #include "server/coordinator/metric_intake.h"
 
 namespace ps::coordinator {
@@ -38,12 +39,14 @@ void Rejoin(JobTable& table, Job& job, int64_t member_id, int rank,
     shards->erase(std::remove(shards->begin(), shards->end(), rank),
                   shards->end());
   }
+  const bool plans = UsesPlans(job.record);
   WorkerSlot* slot = job.record.add_slots();
   slot->set_member_id(member_id);
   slot->set_rank(rank);
   slot->add_data_shards(rank);
   slot->set_active(true);
   slot->set_start_step(job.record.global_step());
+  if (plans) TakeBackRankData(job, *slot);
   bool has_evaluator = false;
   for (const WorkerSlot& s : job.record.slots()) {
     has_evaluator |= s.active() && s.evaluator();
@@ -103,6 +106,10 @@ void Evict(JobTable& table, Job& job, int64_t member_id,
     if (s.active() && s.member_id() == member_id) gone = &s;
   }
   if (gone == nullptr) return;
+  // Where it stopped: the last clock it reported.
+  auto rt = job.runtime.find(member_id);
+  const int64_t stopped = std::max(
+      gone->start_step(), rt != job.runtime.end() ? rt->second.clock : 0);
   gone->set_active(false);
   gone->set_left_reason(std::string(reason));
   gone->set_banned(banned);
@@ -122,10 +129,14 @@ void Evict(JobTable& table, Job& job, int64_t member_id,
                    writes);
     return;
   }
-  for (int shard : gone->data_shards()) heir->add_data_shards(shard);
   std::vector<int> moved(gone->data_shards().begin(),
                          gone->data_shards().end());
-  gone->clear_data_shards();
+  if (UsesPlans(job.record)) {
+    MoveLeftoverData(table, job, *gone, stopped, writes);
+  } else {
+    for (int shard : gone->data_shards()) heir->add_data_shards(shard);
+    gone->clear_data_shards();
+  }
   if (gone->evaluator()) {
     gone->set_evaluator(false);
     WorkerSlot* lowest = nullptr;
@@ -136,12 +147,14 @@ void Evict(JobTable& table, Job& job, int64_t member_id,
     }
     lowest->set_evaluator(true);
   }
-  table.AddEvent(
-      job, "membership",
-      absl::StrCat("epoch ", job.record.membership_epoch(), ": data shards [",
-                   absl::StrJoin(moved, ","), "] moved to member ",
-                   heir->member_id(), " (rank ", heir->rank(), ")"),
-      heir->member_id(), writes);
+  if (!UsesPlans(job.record)) {
+    table.AddEvent(
+        job, "membership",
+        absl::StrCat("epoch ", job.record.membership_epoch(), ": data shards [",
+                     absl::StrJoin(moved, ","), "] moved to member ",
+                     heir->member_id(), " (rank ", heir->rank(), ")"),
+        heir->member_id(), writes);
+  }
   if (AllActiveDone(job)) {
     table.SetState(job, SUCCEEDED, "every remaining worker finished", writes);
   } else {

@@ -31,8 +31,9 @@ void AssignInitialSlots(JobRecord& record, const std::vector<int64_t>& workers);
 WorkerSlot* ChooseHeir(JobRecord& record);
 
 // Removes the worker from the job (no-op unless it holds an active slot):
-// banned workers are never given a rank of the job again. Its data shards
-// go to ChooseHeir's pick. The job FAILS when it was the last worker and
+// banned workers are never given a rank of the job again. A job with data
+// plans trains or skips its untrained batches (leftover_data.h); in a
+// record from before plans its data shards go to ChooseHeir's pick. The job FAILS when it was the last worker and
 // SUCCEEDS when every worker left is done.
 void Evict(JobTable& table, Job& job, int64_t member_id,
            absl::string_view reason, bool banned, WriteBatch* writes)
@@ -42,7 +43,8 @@ void Evict(JobTable& table, Job& job, int64_t member_id,
 // out of it): the member that held the rank before if it is idle and not
 // banned, else the lowest idle member not banned from the job. The new
 // slot starts at the job's current step and takes the rank's data shard
-// back from whoever inherited it.
+// back from whoever inherited it (with plans: the shard's untrained tails,
+// leftover_data.h).
 void FillVacancies(JobTable& table, Job& job, std::set<int64_t>* idle,
                    WriteBatch* writes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());

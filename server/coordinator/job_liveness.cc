@@ -148,7 +148,11 @@ void ObserveClock(JobTable& table, Job& job, WorkerRuntime& rt, int64_t clock,
                   int64_t now, int64_t rate_window_ms) {
   // A clock no worker of this job can reach is a peer bug; it must not
   // become the job's step (nor a rejoining worker's start step).
-  if (clock < 0 || clock > MaxStep(job.record.spec())) return;
+  // (A survivor's data plan may run past max_steps: total_steps follows.)
+  if (clock < 0 ||
+      clock > std::max(MaxStep(job.record.spec()), job.record.total_steps())) {
+    return;
+  }
   if (clock != rt.clock) {
     rt.clock = clock;
     rt.clock_changed_ms = now;
@@ -169,6 +173,12 @@ void AnswerHeartbeat(JobTable& table, const HeartbeatRequest& request,
     if (request.job_id() == id &&
         request.incarnation() == job->record.incarnation()) {
       ObserveClock(table, *job, rt, request.clock(), now, rate_window_ms);
+      // The data's shape, as the worker counted it, for the plans' cuts;
+      // saved with the record's next write.
+      if (request.shard_steps() > 0 && job->record.shard_steps() == 0) {
+        job->record.set_shard_steps(request.shard_steps());
+        job->record.set_steps_per_epoch(request.steps_per_epoch());
+      }
     }
     FillAssignment(*job, *slot, a);
     return;

@@ -4,6 +4,8 @@
 #include <limits>
 #include <optional>
 
+#include "common/data_plan.h"
+
 namespace ps::coordinator {
 namespace {
 
@@ -27,6 +29,15 @@ int64_t EstimateTotalSteps(const JobSpec& spec, int num_workers) {
 int64_t MaxStep(const JobSpec& spec) {
   const int64_t n = EstimateTotalSteps(spec, 1);
   return n > 0 ? n : std::numeric_limits<int64_t>::max();
+}
+
+int64_t JobShardSteps(const JobRecord& record) {
+  const DataSpec& d = record.spec().data();
+  if (record.shard_steps() > 0) return record.shard_steps();
+  if (d.max_steps() > 0) return d.max_steps();
+  const int64_t per_shard = std::max(1, record.num_data_shards()) *
+                            int64_t{std::max(1, d.batch_size())};
+  return d.epochs() * (kTrainExamples / per_shard);
 }
 
 const WorkerSlot* ActiveSlot(const Job& job, int64_t member_id) {
@@ -58,6 +69,22 @@ JobRecord Snapshot(const Job& job) {
     auto it = job.runtime.find(s.member_id());
     if (it != job.runtime.end() && s.active()) s.set_clock(it->second.clock);
   }
+  bool plans = false;
+  for (const WorkerSlot& s : r.slots()) plans |= s.plan_size() > 0;
+  if (!plans) return r;
+  // An active slot has trained its plan's batches before its clock; an
+  // inactive one all of its plan (cut where it stopped).
+  const int64_t steps = JobShardSteps(r);
+  const int64_t batch = std::max(1, r.spec().data().batch_size());
+  int64_t trained = 0;
+  for (const WorkerSlot& s : r.slots()) {
+    trained += s.active() ? PlanBatchesBefore(
+                                s.plan_start(), s.plan(),
+                                std::max(s.clock(), s.start_step()), steps)
+                          : PlanBatches(s.plan(), steps);
+  }
+  r.set_examples_trained(trained * batch);
+  r.set_examples_total(steps * r.num_data_shards() * batch);
   return r;
 }
 
@@ -75,6 +102,9 @@ void FillAssignment(const Job& job, const WorkerSlot& slot,
   a->set_membership_epoch(job.record.membership_epoch());
   a->set_start_step(slot.start_step());
   a->set_incarnation(job.record.incarnation());
+  *a->mutable_plan() = slot.plan();
+  a->set_plan_start(slot.plan_start());
+  a->set_done(slot.done());
 }
 
 namespace {

@@ -29,6 +29,11 @@ int64_t EstimateTotalSteps(const JobSpec& spec, int num_workers);
 // epoch done by one worker alone (what is left after evictions).
 int64_t MaxStep(const JobSpec& spec);
 
+// The job's steps per data shard: as the workers reported them, else
+// data.max_steps, else epochs over Fashion-MNIST's 60,000 examples at
+// batch_size per data shard.
+int64_t JobShardSteps(const JobRecord& record);
+
 // Per-shard progress of bringing a job's shard in line (reconciler.h).
 struct ShardSync {
   // Ask the shard whether it holds the job (after a coordinator restart or
@@ -80,7 +85,8 @@ const WorkerSlot* ActiveSlot(const Job& job, int64_t member_id);
 bool AllActiveDone(const Job& job);
 int CountActive(const Job& job);
 
-// The record as callers see it: active slots carry their worker's clock.
+// The record as callers see it: active slots carry their worker's clock, and
+// a job with data plans its examples trained and in all (data_plan.h).
 JobRecord Snapshot(const Job& job);
 
 // A TRAIN assignment for the worker in `slot`.

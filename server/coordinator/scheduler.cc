@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/coordinator/data_assignment.h"
+#include "server/coordinator/leftover_data.h"
 
 namespace ps::coordinator {
 
@@ -76,6 +77,7 @@ std::optional<Scheduler::Start> Scheduler::Plan(WriteBatch* writes) {
   }
   start.workers.assign(idle.begin(), idle.begin() + want);
   AssignInitialSlots(r, start.workers);
+  AssignInitialPlans(r);
   r.set_reason(absl::StrCat("setting up ", start.servers.size(), " shard(s)"));
   next->starting = true;
   next->shards.assign(start.servers.size(), ShardSync{});

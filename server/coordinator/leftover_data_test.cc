@@ -1,0 +1,325 @@
+#include "server/coordinator/leftover_data.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/data_plan.h"
+#include "common/fake_clock.h"
+#include "server/coordinator/data_assignment.h"
+#include "server/coordinator/job_store.h"
+
+namespace ps::coordinator {
+namespace {
+
+constexpr int64_t kSteps = 1000;  // per data shard (max_steps)
+constexpr int kBatch = 10;
+
+DataSegment Seg(int shard, int64_t first, int64_t end) {
+  DataSegment s;
+  s.set_data_shard(shard);
+  s.set_first_batch(first);
+  s.set_end_batch(end);
+  return s;
+}
+
+// "shard:first-end" per segment, for readable comparisons.
+std::vector<std::string> Plan(const WorkerSlot& s) {
+  std::vector<std::string> out;
+  for (const DataSegment& d : s.plan()) {
+    out.push_back(std::to_string(d.data_shard()) + ":" +
+                  std::to_string(d.first_batch()) + "-" +
+                  std::to_string(d.end_batch()));
+  }
+  return out;
+}
+
+int64_t End(const WorkerSlot& s) {
+  return PlanEnd(s.plan_start(), s.plan(), kSteps);
+}
+
+class LeftoverDataTest : public ::testing::Test {
+ protected:
+  // A running job of `n` workers (member ids 1..n, each at `clock`).
+  Job& Start(int n, ConsistencySpec::Model model,
+             DataSpec::LeftoverData leftover = DataSpec::TRAIN,
+             int64_t clock = 0) {
+    auto job = std::make_unique<Job>();
+    job->record.set_job_id("job-1");
+    job->record.set_state(RUNNING);
+    DataSpec* d = job->record.mutable_spec()->mutable_data();
+    d->set_max_steps(kSteps);
+    d->set_batch_size(kBatch);
+    d->set_leftover_data(leftover);
+    job->record.mutable_spec()->mutable_consistency()->set_model(model);
+    std::vector<int64_t> workers;
+    for (int i = 1; i <= n; ++i) {
+      workers.push_back(i);
+      job->runtime[i].clock = clock;
+    }
+    AssignInitialSlots(job->record, workers);
+    AssignInitialPlans(job->record);
+    absl::MutexLock l(&table_.mu());
+    return table_.Insert(std::move(job));
+  }
+
+  void Evict(Job& job, int64_t member) {
+    absl::MutexLock l(&table_.mu());
+    ps::coordinator::Evict(table_, job, member, "gone", /*banned=*/false,
+                           &writes_);
+  }
+
+  const JobEvent* FindEvent(const Job& job, const std::string& kind) {
+    for (const JobEvent& e : job.events) {
+      if (e.kind() == kind) return &e;
+    }
+    return nullptr;
+  }
+
+  FakeClock clock_;
+  JobTable table_{&clock_};
+  WriteBatch writes_;
+};
+
+TEST_F(LeftoverDataTest, EachRankStartsWithAllOfItsDataShard) {
+  Job& job = Start(3, ConsistencySpec::ASP);
+  for (int i = 0; i < 3; ++i) {
+    const WorkerSlot& s = job.record.slots(i);
+    EXPECT_EQ(Plan(s), std::vector<std::string>{std::to_string(i) + ":0-0"});
+    EXPECT_EQ(s.plan_start(), 0);
+    EXPECT_EQ(End(s), kSteps);
+  }
+  EXPECT_TRUE(UsesPlans(job.record));
+  WorkerAssignment a;
+  FillAssignment(job, job.record.slots(2), &a);
+  ASSERT_EQ(a.plan_size(), 1);
+  EXPECT_EQ(a.plan(0).data_shard(), 2);
+  EXPECT_FALSE(a.done());
+}
+
+TEST_F(LeftoverDataTest, AspTrainSpreadsTheRestOverTheSurvivors) {
+  Job& job = Start(3, ConsistencySpec::ASP);
+  job.runtime[1].clock = 401;  // 599 batches of shard 0 left
+  job.runtime[2].clock = 380;
+  job.runtime[3].clock = 390;
+  Evict(job, 1);
+  const JobRecord& r = job.record;
+  EXPECT_EQ(r.state(), RUNNING);
+  EXPECT_EQ(Plan(r.slots(0)), std::vector<std::string>{"0:0-401"})
+      << "what it trained stays its own";
+  EXPECT_EQ(Plan(r.slots(1)), (std::vector<std::string>{"1:0-0", "0:401-701"}));
+  EXPECT_EQ(Plan(r.slots(2)),
+            (std::vector<std::string>{"2:0-0", "0:701-1000"}));
+  EXPECT_EQ(std::vector<int>(r.slots(1).data_shards().begin(),
+                             r.slots(1).data_shards().end()),
+            (std::vector<int>{1, 0}));
+  EXPECT_EQ(r.examples_skipped(), 0);
+  EXPECT_EQ(r.total_steps(), 1300);
+  const JobEvent* moved = FindEvent(job, "data_moved");
+  ASSERT_NE(moved, nullptr);
+  EXPECT_EQ(moved->message(),
+            "599 batches (5990 examples) of member 1 (rank 0), stopped at "
+            "step 401, moved: 300 to member 2 (rank 1) from step 1000 (shard 0 "
+            "batches 401-700); 299 to member 3 (rank 2) from step 1000 (shard "
+            "0 batches 701-999)");
+  EXPECT_EQ(FindEvent(job, "data_skipped"), nullptr);
+  EXPECT_EQ(FindEvent(job, "membership"), nullptr)
+      << "the legacy whole-shard event is for records without plans";
+}
+
+TEST_F(LeftoverDataTest, ASecondDepartureMovesWhatTheFirstHadInherited) {
+  Job& job = Start(3, ConsistencySpec::ASP);
+  // Rank 1 already carries 10 more batches.
+  *job.record.mutable_slots(1)->add_plan() = Seg(7, 0, 10);
+  Evict(job, 1);  // 1000 batches: 500 each
+  EXPECT_EQ(End(job.record.slots(1)), 1510);
+  EXPECT_EQ(End(job.record.slots(2)), 1500);
+  Evict(job, 2);  // at clock 0: all 1510 of its batches to rank 2
+  EXPECT_EQ(End(job.record.slots(2)), 3010);
+  EXPECT_EQ(Plan(job.record.slots(1)), std::vector<std::string>{});
+}
+
+TEST_F(LeftoverDataTest, AspUnevenPartsPreferTheShorterPlan) {
+  Job& job = Start(3, ConsistencySpec::ASP);
+  *job.record.mutable_slots(1)->add_plan() = Seg(7, 0, 10);  // ends at 1010
+  job.runtime[1].clock = 1;  // 999 batches left: 500 and 499
+  Evict(job, 1);
+  EXPECT_EQ(End(job.record.slots(2)), 1500) << "rank 2 ended first: 500";
+  EXPECT_EQ(End(job.record.slots(1)), 1509);
+}
+
+TEST_F(LeftoverDataTest, BspPartsAreEqualAndTheRemainderIsCounted) {
+  Job& job = Start(4, ConsistencySpec::BSP, DataSpec::TRAIN, 401);
+  Evict(job, 1);  // 599 batches over 3: 199 each, 2 skipped
+  const JobRecord& r = job.record;
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_EQ(End(r.slots(i)), kSteps + 199) << "rank " << i;
+  }
+  EXPECT_EQ(Plan(r.slots(1)), (std::vector<std::string>{"1:0-0", "0:401-600"}));
+  EXPECT_EQ(Plan(r.slots(3)), (std::vector<std::string>{"3:0-0", "0:799-998"}));
+  EXPECT_EQ(r.examples_skipped(), 2 * kBatch);
+  const JobEvent* skipped = FindEvent(job, "data_skipped");
+  ASSERT_NE(skipped, nullptr);
+  EXPECT_EQ(skipped->message(),
+            "20 examples (2 batches: shard 0 batches 998-999) of member 1 "
+            "(rank 0) skipped: BSP needs equal parts for the 3 workers left");
+  ASSERT_NE(FindEvent(job, "data_moved"), nullptr);
+  EXPECT_EQ(r.total_steps(), kSteps + 199);
+}
+
+TEST_F(LeftoverDataTest, BspWithFewerBatchesThanSurvivorsSkipsThemAll) {
+  Job& job = Start(3, ConsistencySpec::BSP, DataSpec::TRAIN, kSteps - 1);
+  Evict(job, 1);  // 1 batch over 2
+  EXPECT_EQ(End(job.record.slots(1)), kSteps);
+  EXPECT_EQ(End(job.record.slots(2)), kSteps);
+  EXPECT_EQ(job.record.examples_skipped(), kBatch);
+  EXPECT_EQ(FindEvent(job, "data_moved"), nullptr);
+}
+
+TEST_F(LeftoverDataTest, SkipCountsTheRestAndMovesNothing) {
+  for (ConsistencySpec::Model model :
+       {ConsistencySpec::ASP, ConsistencySpec::BSP}) {
+    Job& job = Start(3, model, DataSpec::SKIP, 400);
+    Evict(job, 1);
+    const JobRecord& r = job.record;
+    EXPECT_EQ(r.examples_skipped(), 600 * kBatch) << model;
+    EXPECT_EQ(Plan(r.slots(1)), std::vector<std::string>{"1:0-0"});
+    EXPECT_EQ(Plan(r.slots(2)), std::vector<std::string>{"2:0-0"});
+    const JobEvent* skipped = FindEvent(job, "data_skipped");
+    ASSERT_NE(skipped, nullptr);
+    EXPECT_EQ(skipped->message(),
+              "6000 examples (600 batches: shard 0 batches 400-999) of member "
+              "1 (rank 0) skipped: data.leftover_data is SKIP");
+    EXPECT_EQ(FindEvent(job, "data_moved"), nullptr);
+    absl::MutexLock l(&table_.mu());
+    table_.jobs().erase("job-1");
+  }
+}
+
+TEST_F(LeftoverDataTest, FinishedSurvivorsTrainOnAndTheJobDoesNotEnd) {
+  Job& job = Start(3, ConsistencySpec::ASP);
+  job.runtime[1].clock = 600;
+  for (int i : {1, 2}) {
+    job.record.mutable_slots(i)->set_done(true);
+    job.runtime[i + 1].clock = kSteps;
+  }
+  Evict(job, 1);
+  const JobRecord& r = job.record;
+  EXPECT_EQ(r.state(), RUNNING) << r.reason();
+  for (int i : {1, 2}) {
+    EXPECT_FALSE(r.slots(i).done());
+    EXPECT_EQ(r.slots(i).start_step(), kSteps) << "on from its plan's end";
+    EXPECT_EQ(End(r.slots(i)), kSteps + 200);
+  }
+  WorkerAssignment a;
+  FillAssignment(job, r.slots(1), &a);
+  EXPECT_FALSE(a.done());
+  EXPECT_EQ(a.start_step(), kSteps);
+}
+
+TEST_F(LeftoverDataTest, OnlyWorkersStillTrainingTakeTheRest) {
+  Job& job = Start(3, ConsistencySpec::ASP);
+  job.runtime[1].clock = 500;
+  job.record.mutable_slots(2)->set_done(true);
+  Evict(job, 1);
+  EXPECT_EQ(End(job.record.slots(1)), kSteps + 500);
+  EXPECT_EQ(End(job.record.slots(2)), kSteps);
+  EXPECT_TRUE(job.record.slots(2).done());
+}
+
+TEST_F(LeftoverDataTest, ARejoiningWorkerTakesItsShardsUntrainedTailsBack) {
+  Job& job = Start(3, ConsistencySpec::ASP);
+  job.runtime[1].clock = 400;
+  Evict(job, 1);                // shard 0 400-699 to rank 1, 700-999 to rank 2
+  job.runtime[2].clock = 1100;  // 100 batches into its part
+  job.runtime[3].clock = 900;   // not into its part yet
+  job.record.set_global_step(1100);
+  std::set<int64_t> idle = {1};
+  {
+    absl::MutexLock l(&table_.mu());
+    FillVacancies(table_, job, &idle, &writes_);
+  }
+  const JobRecord& r = job.record;
+  ASSERT_EQ(r.slots_size(), 4);
+  EXPECT_EQ(Plan(r.slots(1)),
+            (std::vector<std::string>{"1:0-1000", "0:400-500"}));
+  EXPECT_EQ(Plan(r.slots(2)), std::vector<std::string>{"2:0-1000"});
+  EXPECT_EQ(Plan(r.slots(3)),
+            (std::vector<std::string>{"0:500-700", "0:700-1000"}));
+  EXPECT_EQ(r.slots(3).plan_start(), 1100);
+  EXPECT_EQ(r.slots(3).start_step(), 1100);
+}
+
+TEST_F(LeftoverDataTest, ARejoiningWorkerWithNothingLeftHasAnEmptyPlan) {
+  Job& job = Start(2, ConsistencySpec::ASP, DataSpec::SKIP, 400);
+  Evict(job, 1);
+  std::set<int64_t> idle = {1};
+  {
+    absl::MutexLock l(&table_.mu());
+    FillVacancies(table_, job, &idle, &writes_);
+  }
+  const WorkerSlot& back = job.record.slots(2);
+  EXPECT_GT(back.plan_size(), 0) << "a plan, not a record from before plans";
+  EXPECT_EQ(PlanBatches(back.plan(), kSteps), 0);
+}
+
+TEST_F(LeftoverDataTest, ExamplesTrainedAndTotalFollowPlansAndClocks) {
+  Job& job = Start(3, ConsistencySpec::ASP);
+  job.runtime[1].clock = 400;
+  job.runtime[2].clock = 1100;
+  job.runtime[3].clock = 900;
+  Evict(job, 1);
+  const JobRecord r = Snapshot(job);
+  EXPECT_EQ(r.examples_total(), 3 * kSteps * kBatch);
+  EXPECT_EQ(r.examples_trained(), (400 + 1100 + 900) * kBatch);
+  job.runtime[2].clock = End(job.record.slots(1));
+  job.runtime[3].clock = End(job.record.slots(2));
+  EXPECT_EQ(Snapshot(job).examples_trained(), 3 * kSteps * kBatch)
+      << "every example once";
+}
+
+TEST_F(LeftoverDataTest, ReportedShardStepsDecideTheCut) {
+  Job& job = Start(2, ConsistencySpec::ASP);
+  job.record.set_shard_steps(50);
+  job.runtime[1].clock = 20;
+  Evict(job, 1);
+  EXPECT_EQ(Plan(job.record.slots(1)),
+            (std::vector<std::string>{"1:0-0", "0:20-50"}));
+  EXPECT_EQ(JobShardSteps(job.record), 50);
+}
+
+TEST_F(LeftoverDataTest, PlansSurviveACoordinatorRestart) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/plans";
+  std::filesystem::remove_all(dir);
+  Job& job = Start(3, ConsistencySpec::ASP);
+  job.runtime[1].clock = 401;
+  Evict(job, 1);
+  const JobRecord want = job.record;
+  {
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE(writes_.Flush(store->get()).ok());
+  }
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::vector<StoredJob>> jobs = (*store)->LoadAll();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  const JobRecord& got = (*jobs)[0].record;
+  ASSERT_EQ(got.slots_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Plan(got.slots(i)), Plan(want.slots(i))) << "rank " << i;
+  }
+  bool moved = false;
+  for (const JobEvent& e : (*jobs)[0].events) moved |= e.kind() == "data_moved";
+  EXPECT_TRUE(moved);
+}
+
+}  // namespace
+}  // namespace ps::coordinator
