@@ -46,7 +46,7 @@ void Rejoin(JobTable& table, Job& job, int64_t member_id, int rank,
   slot->add_data_shards(rank);
   slot->set_active(true);
   slot->set_start_step(job.record.global_step());
-  if (plans) TakeBackRankData(job, *slot);
+  if (plans) TakeBackRankData(table, job, *slot, writes);
   bool has_evaluator = false;
   for (const WorkerSlot& s : job.record.slots()) {
     has_evaluator |= s.active() && s.evaluator();

@@ -72,16 +72,17 @@ JobRecord Snapshot(const Job& job) {
   bool plans = false;
   for (const WorkerSlot& s : r.slots()) plans |= s.plan_size() > 0;
   if (!plans) return r;
-  // An active slot has trained its plan's batches before its clock; an
-  // inactive one all of its plan (cut where it stopped).
+  // A slot has trained its plan's batches before its clock; a done slot or
+  // an inactive one (cut where it stopped) all of its plan.
   const int64_t steps = JobShardSteps(r);
   const int64_t batch = std::max(1, r.spec().data().batch_size());
   int64_t trained = 0;
   for (const WorkerSlot& s : r.slots()) {
-    trained += s.active() ? PlanBatchesBefore(
-                                s.plan_start(), s.plan(),
-                                std::max(s.clock(), s.start_step()), steps)
-                          : PlanBatches(s.plan(), steps);
+    trained += s.active() && !s.done()
+                   ? PlanBatchesBefore(s.plan_start(), s.plan(),
+                                       std::max(s.clock(), s.start_step()),
+                                       steps)
+                   : PlanBatches(s.plan(), steps);
   }
   r.set_examples_trained(trained * batch);
   r.set_examples_total(steps * r.num_data_shards() * batch);

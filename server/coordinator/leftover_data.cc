@@ -130,44 +130,87 @@ void MoveLeftoverData(JobTable& table, Job& job, WorkerSlot& gone,
     const int64_t batches = Batches(parts[i], steps);
     moved += batches;
     r.set_total_steps(std::max(r.total_steps(), end + batches));
-    moves.push_back(absl::StrCat(batches, " to ", Who(s), " from step ", end,
-                                 " (", DescribeSegments(parts[i], steps), ")"));
+    moves.push_back(absl::StrCat(batches, " moved to ", Who(s), " from step ",
+                                 end, " (", DescribeSegments(parts[i], steps),
+                                 ")"));
   }
   if (moved == 0) return;
-  table.AddEvent(job, "data_moved",
-                 absl::StrCat(moved, " batches (",
-                              moved * std::max(1, r.spec().data().batch_size()),
-                              " examples) of ", Who(gone), ", stopped at step ",
-                              clock, ", moved: ", absl::StrJoin(moves, "; ")),
-                 gone.member_id(), writes);
+  table.AddEvent(
+      job, "data_moved",
+      absl::StrCat(Who(gone), " stopped at step ", clock, " with ", moved,
+                   " batches (",
+                   moved * std::max(1, r.spec().data().batch_size()),
+                   " examples) untrained: ", absl::StrJoin(moves, "; ")),
+      gone.member_id(), writes);
 }
 
-void TakeBackRankData(Job& job, WorkerSlot& back) {
-  const int64_t steps = JobShardSteps(job.record);
+void TakeBackRankData(JobTable& table, Job& job, WorkerSlot& back,
+                      WriteBatch* writes) {
+  JobRecord& r = job.record;
+  const int64_t steps = JobShardSteps(r);
+  const int rank = back.rank();
   std::vector<DataSegment> taken;
-  for (WorkerSlot& s : *job.record.mutable_slots()) {
+  int64_t common_end = 0;  // of the others' plans (BSP: all the same)
+  for (WorkerSlot& s : *r.mutable_slots()) {
     if (!s.active() || &s == &back) continue;
     auto it = job.runtime.find(s.member_id());
     const int64_t clock =
         std::max(it != job.runtime.end() ? it->second.clock : 0,
                  std::max(s.plan_start(), s.start_step()));
-    for (DataSegment& d : CutShardTail(s.plan_start(), s.mutable_plan(),
-                                       back.rank(), clock, steps)) {
+    for (DataSegment& d :
+         CutShardTail(s.plan_start(), s.mutable_plan(), rank, clock, steps)) {
       taken.push_back(std::move(d));
     }
     SetShards(s);
+    common_end = std::max(common_end, PlanEnd(s.plan_start(), s.plan(), steps));
   }
   std::sort(taken.begin(), taken.end(),
             [](const DataSegment& a, const DataSegment& b) {
               return a.first_batch() < b.first_batch();
             });
+  // The furthest batch of the rank's data shard in any plan: beyond it is
+  // what nobody holds (skipped when its worker left). The rejoining worker
+  // takes that too: up to the shard's end, or under BSP as far as the
+  // others' plans go.
+  int64_t next = 0;
+  for (const WorkerSlot& s : r.slots()) {
+    if (&s == &back) continue;
+    for (const DataSegment& d : s.plan()) {
+      if (d.data_shard() == rank) next = std::max(next, SegmentEnd(d, steps));
+    }
+  }
+  for (const DataSegment& d : taken) {
+    next = std::max(next, SegmentEnd(d, steps));
+  }
+  const bool bsp = r.spec().consistency().model() == ConsistencySpec::BSP;
+  const int64_t want =
+      bsp ? std::max<int64_t>(0, common_end - back.start_step()) : -1;
+  int64_t extra = std::max<int64_t>(0, steps - next);
+  if (bsp)
+    extra = std::min(extra, std::max<int64_t>(0, want - Batches(taken, steps)));
+  if (extra > 0) {
+    DataSegment d;
+    d.set_data_shard(rank);
+    d.set_first_batch(next);
+    d.set_end_batch(next + extra);
+    taken.push_back(d);
+    r.set_examples_skipped(std::max<int64_t>(
+        0, r.examples_skipped() -
+               extra * std::max(1, r.spec().data().batch_size())));
+  }
+  if (bsp && Batches(taken, steps) > want) {
+    // One length for every BSP worker: what does not fit is skipped.
+    std::vector<DataSegment> rest = TakeFirst(&taken, want, steps);
+    Skip(table, job, back, rest, steps,
+         "BSP: more than the job's steps left to the rejoining worker", writes);
+  }
   back.clear_plan();
   for (DataSegment& d : taken) *back.add_plan() = std::move(d);
   if (taken.empty()) {
     // Nothing to train, said with an empty segment: a plan with no segment
     // at all is a record from before plans to the worker.
     DataSegment* none = back.add_plan();
-    none->set_data_shard(back.rank());
+    none->set_data_shard(rank);
     none->set_first_batch(steps);
     none->set_end_batch(steps);
   }

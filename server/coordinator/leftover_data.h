@@ -14,8 +14,7 @@
 //                    "data_skipped".
 // A survivor that had finished gets done = false and trains its new part
 // from the clock its plan had ended at. A worker that rejoins takes its
-// rank's data shard back: the untrained tail of that shard at the end of
-// every plan.
+// rank's data shard back (TakeBackRankData).
 //
 // Functions over a job's state under the JobTable's lock. The plans are part
 // of the record, so SaveRecord makes them durable.
@@ -45,9 +44,14 @@ void MoveLeftoverData(JobTable& table, Job& job, WorkerSlot& gone,
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
 
 // The plan of `back`, a slot rejoining as `back.rank()` at its start_step:
-// the untrained tails of its rank's data shard, taken from the active slots'
-// plans at the clocks they last reported.
-void TakeBackRankData(Job& job, WorkerSlot& back);
+// the untrained tails of its rank's data shard, taken from the active
+// slots' plans at the clocks they last reported, then the shard's batches
+// nobody held (skipped when it left; no longer counted as skipped). Under
+// BSP the plan ends where the others' do: what does not fit is skipped and
+// counted.
+void TakeBackRankData(JobTable& table, Job& job, WorkerSlot& back,
+                      WriteBatch* writes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
 
 }  // namespace ps::coordinator
 

@@ -74,6 +74,13 @@ class LeftoverDataTest : public ::testing::Test {
                            &writes_);
   }
 
+  // Member `member` (idle) takes the vacant rank.
+  void Fill(Job& job, int64_t member) {
+    std::set<int64_t> idle = {member};
+    absl::MutexLock l(&table_.mu());
+    FillVacancies(table_, job, &idle, &writes_);
+  }
+
   const JobEvent* FindEvent(const Job& job, const std::string& kind) {
     for (const JobEvent& e : job.events) {
       if (e.kind() == kind) return &e;
@@ -123,10 +130,10 @@ TEST_F(LeftoverDataTest, AspTrainSpreadsTheRestOverTheSurvivors) {
   const JobEvent* moved = FindEvent(job, "data_moved");
   ASSERT_NE(moved, nullptr);
   EXPECT_EQ(moved->message(),
-            "599 batches (5990 examples) of member 1 (rank 0), stopped at "
-            "step 401, moved: 300 to member 2 (rank 1) from step 1000 (shard 0 "
-            "batches 401-700); 299 to member 3 (rank 2) from step 1000 (shard "
-            "0 batches 701-999)");
+            "member 1 (rank 0) stopped at step 401 with 599 batches (5990 "
+            "examples) untrained: 300 moved to member 2 (rank 1) from step "
+            "1000 (shard 0 batches 401-700); 299 moved to member 3 (rank 2) "
+            "from step 1000 (shard 0 batches 701-999)");
   EXPECT_EQ(FindEvent(job, "data_skipped"), nullptr);
   EXPECT_EQ(FindEvent(job, "membership"), nullptr)
       << "the legacy whole-shard event is for records without plans";
@@ -239,11 +246,7 @@ TEST_F(LeftoverDataTest, ARejoiningWorkerTakesItsShardsUntrainedTailsBack) {
   job.runtime[2].clock = 1100;  // 100 batches into its part
   job.runtime[3].clock = 900;   // not into its part yet
   job.record.set_global_step(1100);
-  std::set<int64_t> idle = {1};
-  {
-    absl::MutexLock l(&table_.mu());
-    FillVacancies(table_, job, &idle, &writes_);
-  }
+  Fill(job, 1);
   const JobRecord& r = job.record;
   ASSERT_EQ(r.slots_size(), 4);
   EXPECT_EQ(Plan(r.slots(1)),
@@ -256,16 +259,54 @@ TEST_F(LeftoverDataTest, ARejoiningWorkerTakesItsShardsUntrainedTailsBack) {
 }
 
 TEST_F(LeftoverDataTest, ARejoiningWorkerWithNothingLeftHasAnEmptyPlan) {
-  Job& job = Start(2, ConsistencySpec::ASP, DataSpec::SKIP, 400);
-  Evict(job, 1);
-  std::set<int64_t> idle = {1};
-  {
-    absl::MutexLock l(&table_.mu());
-    FillVacancies(table_, job, &idle, &writes_);
-  }
+  Job& job = Start(2, ConsistencySpec::ASP, DataSpec::TRAIN, 400);
+  Evict(job, 1);  // 600 batches to member 2, trained by now
+  job.runtime[2].clock = kSteps + 600;
+  Fill(job, 1);
   const WorkerSlot& back = job.record.slots(2);
   EXPECT_GT(back.plan_size(), 0) << "a plan, not a record from before plans";
   EXPECT_EQ(PlanBatches(back.plan(), kSteps), 0);
+  EXPECT_EQ(Plan(job.record.slots(1)),
+            (std::vector<std::string>{"1:0-0", "0:400-1000"}));
+}
+
+TEST_F(LeftoverDataTest, ARejoiningWorkerTakesBackWhatWasSkipped) {
+  Job& job = Start(2, ConsistencySpec::ASP, DataSpec::SKIP, 400);
+  Evict(job, 1);
+  EXPECT_EQ(job.record.examples_skipped(), 600 * kBatch);
+  job.runtime[2].clock = 450;
+  Fill(job, 1);
+  EXPECT_EQ(Plan(job.record.slots(2)), std::vector<std::string>{"0:400-1000"});
+  EXPECT_EQ(job.record.examples_skipped(), 0);
+}
+
+TEST_F(LeftoverDataTest, BspRejoinEndsWithTheOthersAndCountsWhatDoesNotFit) {
+  Job& job = Start(3, ConsistencySpec::BSP, DataSpec::TRAIN, 200);
+  Evict(job, 2);  // rank 1: 800 batches, 400 to each survivor
+  for (int64_t m : {1, 3}) job.runtime[m].clock = 250;
+  job.record.set_global_step(250);
+  Fill(job, 2);
+  const JobRecord& r = job.record;
+  ASSERT_EQ(r.slots_size(), 4);
+  for (int i : {0, 2}) EXPECT_EQ(End(r.slots(i)), kSteps) << "parts taken back";
+  EXPECT_EQ(Plan(r.slots(3)),
+            (std::vector<std::string>{"1:200-600", "1:600-950"}));
+  EXPECT_EQ(End(r.slots(3)), kSteps) << "from step 250, as the others";
+  EXPECT_EQ(r.examples_skipped(), 50 * kBatch);
+}
+
+TEST_F(LeftoverDataTest, BspRejoinRetakesTheRemainderThatWasSkipped) {
+  Job& job = Start(4, ConsistencySpec::BSP, DataSpec::TRAIN, 401);
+  Evict(job, 1);  // 199 to each of 3, batches 998-999 skipped
+  job.record.set_global_step(401);
+  Fill(job, 1);
+  const JobRecord& r = job.record;
+  ASSERT_EQ(r.slots_size(), 5);
+  EXPECT_EQ(Plan(r.slots(4)),
+            (std::vector<std::string>{"0:401-600", "0:600-799", "0:799-998",
+                                      "0:998-1000"}));
+  for (int i = 1; i < 5; ++i) EXPECT_EQ(End(r.slots(i)), kSteps) << i;
+  EXPECT_EQ(r.examples_skipped(), 0);
 }
 
 TEST_F(LeftoverDataTest, ExamplesTrainedAndTotalFollowPlansAndClocks) {

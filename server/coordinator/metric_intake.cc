@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_plan.h"
 #include "server/coordinator/straggler_policy.h"
 
 namespace ps::coordinator {
@@ -113,7 +114,26 @@ absl::StatusOr<bool> IntakeMetrics(JobTable& table, Job& job,
       job.record.state() != RUNNING) {
     return false;
   }
+  if (slot->plan_size() > 0 && request.clock() > 0 &&
+      PlanEnd(slot->plan_start(), slot->plan(), JobShardSteps(job.record)) >
+          request.clock()) {
+    // Its plan grew while its steps ended: it trains on from there.
+    slot->set_start_step(request.clock());
+    job.record.set_membership_epoch(job.record.membership_epoch() + 1);
+    table.AddEvent(
+        job, "worker_not_done",
+        absl::StrCat("member ", request.member_id(), " (rank ", slot->rank(),
+                     ") ended at step ", request.clock(),
+                     " but its data plan goes on: it trains on"),
+        request.member_id(), writes);
+    table.SaveRecord(job, writes);
+    return false;
+  }
   slot->set_done(true);
+  if (auto it = job.runtime.find(request.member_id());
+      it != job.runtime.end()) {
+    it->second.clock = std::max(it->second.clock, request.clock());
+  }
   table.AddEvent(job, "worker_done",
                  absl::StrCat("member ", request.member_id(), " (rank ",
                               slot->rank(), ") finished its share"),

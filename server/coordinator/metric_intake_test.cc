@@ -221,3 +221,49 @@ TEST(MetricIntake, SupersededPointsAreLeftOutUnlessAskedFor) {
 
 }  // namespace
 }  // namespace ps::coordinator
+
+namespace ps::coordinator {
+namespace {
+
+// A worker whose data plan grew while its steps ended (it was given a
+// leaver's batches) is not done: it trains on from the clock it reached.
+TEST(IntakeDone, AWorkerShortOfItsGrownPlanTrainsOn) {
+  FakeClock clock;
+  JobTable table(&clock);
+  auto owned = std::make_unique<Job>();
+  owned->record.set_job_id("job-1");
+  owned->record.set_state(RUNNING);
+  owned->record.mutable_spec()->mutable_data()->set_max_steps(100);
+  WorkerSlot* s = owned->record.add_slots();
+  s->set_member_id(1);
+  s->set_active(true);
+  s->add_plan()->set_data_shard(0);  // clocks 0-99
+  DataSegment* more = s->add_plan();  // and 100-129
+  more->set_data_shard(1);
+  more->set_first_batch(70);
+  more->set_end_batch(100);
+  WriteBatch writes;
+  absl::MutexLock l(&table.mu());
+  Job& job = table.Insert(std::move(owned));
+  ReportMetricsRequest req;
+  req.set_job_id("job-1");
+  req.set_member_id(1);
+  req.set_done(true);
+  req.set_clock(100);
+  absl::StatusOr<bool> ended = IntakeMetrics(table, job, req, &writes);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_FALSE(*ended);
+  EXPECT_FALSE(job.record.slots(0).done());
+  EXPECT_EQ(job.record.slots(0).start_step(), 100);
+  EXPECT_EQ(job.record.membership_epoch(), 1) << "so the worker sees it";
+  EXPECT_EQ(job.events.back().kind(), "worker_not_done");
+  req.set_clock(130);
+  ended = IntakeMetrics(table, job, req, &writes);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_TRUE(*ended);
+  EXPECT_TRUE(job.record.slots(0).done());
+  EXPECT_EQ(job.record.state(), SUCCEEDED);
+}
+
+}  // namespace
+}  // namespace ps::coordinator
