@@ -148,11 +148,7 @@ void ObserveClock(JobTable& table, Job& job, WorkerRuntime& rt, int64_t clock,
                   int64_t now, int64_t rate_window_ms) {
   // A clock no worker of this job can reach is a peer bug; it must not
   // become the job's step (nor a rejoining worker's start step).
-  // (A survivor's data plan may run past max_steps: total_steps follows.)
-  if (clock < 0 ||
-      clock > std::max(MaxStep(job.record.spec()), job.record.total_steps())) {
-    return;
-  }
+  if (clock < 0 || clock > MaxJobStep(job.record)) return;
   if (clock != rt.clock) {
     rt.clock = clock;
     rt.clock_changed_ms = now;

@@ -40,6 +40,10 @@ int64_t JobShardSteps(const JobRecord& record) {
   return d.epochs() * (kTrainExamples / per_shard);
 }
 
+int64_t MaxJobStep(const JobRecord& record) {
+  return std::max(MaxStep(record.spec()), record.total_steps());
+}
+
 const WorkerSlot* ActiveSlot(const Job& job, int64_t member_id) {
   for (const WorkerSlot& s : job.record.slots()) {
     if (s.active() && s.member_id() == member_id) return &s;

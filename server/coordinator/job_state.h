@@ -28,6 +28,9 @@ int64_t EstimateTotalSteps(const JobSpec& spec, int num_workers);
 // The largest step a worker of the job can reach: max_steps, else every
 // epoch done by one worker alone (what is left after evictions).
 int64_t MaxStep(const JobSpec& spec);
+// The largest step a worker of this job can reach now: MaxStep, or further
+// when a data plan runs past it (total_steps follows the longest plan).
+int64_t MaxJobStep(const JobRecord& record);
 
 // The job's steps per data shard: as the workers reported them, else
 // data.max_steps, else epochs over Fashion-MNIST's 60,000 examples at

@@ -62,7 +62,7 @@ void ForgetThroughput(Job& job, int64_t member_id) {
 absl::StatusOr<std::vector<MetricPoint>> StampPoints(
     const Job& job, const ReportMetricsRequest& request, int64_t now) {
   const int64_t start = job.record.start_time_ms();
-  const int64_t max_step = MaxStep(job.record.spec());
+  const int64_t max_step = MaxJobStep(job.record);
   std::vector<MetricPoint> out;
   out.reserve(request.points_size());
   for (int i = 0; i < request.points_size(); ++i) {

@@ -267,3 +267,35 @@ TEST(IntakeDone, AWorkerShortOfItsGrownPlanTrainsOn) {
 
 }  // namespace
 }  // namespace ps::coordinator
+
+namespace ps::coordinator {
+namespace {
+
+TEST(IntakeSteps, PointsPastMaxStepsAreTakenWhenAPlanRunsThere) {
+  FakeClock clock;
+  JobTable table(&clock);
+  auto owned = std::make_unique<Job>();
+  owned->record.set_job_id("job-1");
+  owned->record.set_state(RUNNING);
+  owned->record.mutable_spec()->mutable_data()->set_max_steps(100);
+  owned->record.set_total_steps(160);  // a survivor's plan ends at 160
+  owned->record.add_slots()->set_member_id(1);
+  owned->record.mutable_slots(0)->set_active(true);
+  WriteBatch writes;
+  absl::MutexLock l(&table.mu());
+  Job& job = table.Insert(std::move(owned));
+  ReportMetricsRequest req;
+  req.set_job_id("job-1");
+  req.set_member_id(1);
+  MetricPoint* p = req.add_points();
+  p->set_name("test_accuracy");
+  p->set_value(0.8);
+  p->set_step(160);
+  EXPECT_TRUE(IntakeMetrics(table, job, req, &writes).ok());
+  req.mutable_points(0)->set_step(161);
+  EXPECT_EQ(IntakeMetrics(table, job, req, &writes).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps::coordinator
