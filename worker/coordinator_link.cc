@@ -19,7 +19,7 @@ namespace {
 bool SameAssignment(const WorkerAssignment& a, const WorkerAssignment& b) {
   return a.command() == b.command() && a.job_id() == b.job_id() &&
          a.membership_epoch() == b.membership_epoch() &&
-         a.incarnation() == b.incarnation() &&
+         a.incarnation() == b.incarnation() && a.done() == b.done() &&
          a.data_shards_size() == b.data_shards_size();
 }
 
@@ -74,6 +74,12 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
     incarnation_ = incarnation;
   }
 
+  void SetDataShape(int64_t shard_steps, int64_t steps_per_epoch) override {
+    absl::MutexLock l(&mu_);
+    shard_steps_ = shard_steps;
+    steps_per_epoch_ = steps_per_epoch;
+  }
+
   absl::Status ReportMetrics(const std::string& job_id,
                              std::vector<MetricPoint> points,
                              bool done) override {
@@ -81,6 +87,10 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
     req.set_member_id(member_id());
     req.set_job_id(job_id);
     req.set_done(done);
+    {
+      absl::MutexLock l(&mu_);
+      req.set_clock(clock_);  // SetProgress's: where the steps ended
+    }
     for (MetricPoint& p : points) *req.add_points() = std::move(p);
     RetryPolicy policy;
     policy.total_deadline = done ? absl::Seconds(60) : absl::Seconds(5);
@@ -179,6 +189,8 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
         req.set_job_id(job_id_);
         req.set_clock(clock_);
         req.set_incarnation(incarnation_);
+        req.set_shard_steps(shard_steps_);
+        req.set_steps_per_epoch(steps_per_epoch_);
       }
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.rpc_timeout, options_.token);
@@ -220,6 +232,8 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t shard_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t steps_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> connected_{false};

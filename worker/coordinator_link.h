@@ -57,6 +57,9 @@ class CoordinatorLink {
   // What the next heartbeats carry: the job and clock this worker is at.
   virtual void SetProgress(const std::string& job_id, int64_t clock,
                            int64_t incarnation) = 0;
+  // What the next heartbeats carry about the job's data: its steps per data
+  // shard and per epoch as this worker counted them (0: not known).
+  virtual void SetDataShape(int64_t shard_steps, int64_t steps_per_epoch) = 0;
 
   // Sends metric points (retried briefly; dropped with a log line if the
   // coordinator stays unreachable, training goes on).

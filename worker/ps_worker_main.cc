@@ -2,6 +2,7 @@
 // trains its part of the job on its device (a CUDA GPU or the CPU).
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -270,9 +271,23 @@ struct JobControl {
   std::atomic<bool> rolled_back{false};
   // The evaluator role moves to another worker when its holder is evicted.
   std::atomic<bool> evaluator{false};
-  // New data shards are picked up at the next epoch.
-  absl::Mutex shards_mu;
-  std::vector<int> shards ABSL_GUARDED_BY(shards_mu);
+  // The clock the steps reached.
+  std::atomic<int64_t> at_clock{0};
+  // The data plan, followed from the next step when it grows (a leaver's
+  // batches) or shrinks; the membership epoch it came with.
+  absl::Mutex plan_mu;
+  WorkerPlan plan ABSL_GUARDED_BY(plan_mu);
+  int64_t plan_epoch ABSL_GUARDED_BY(plan_mu) = 0;
+  int64_t shard_steps ABSL_GUARDED_BY(plan_mu) = 0;  // once the data is read
+  // Set when the plan grew past where the steps ended: train on from here.
+  int64_t resume_at = -1;
+
+  // Whether the plan goes past `clock`.
+  bool Grown(int64_t clock) {
+    absl::MutexLock l(&plan_mu);
+    return shard_steps > 0 &&
+           PlanEnd(plan.start, plan.segments, shard_steps) > clock;
+  }
 };
 
 // Watches `job`'s assignment on a thread of its own until destroyed.
@@ -300,9 +315,9 @@ class AssignmentWatcher {
         control.stop = true;
       } else {
         control.evaluator = seen.evaluator();
-        absl::MutexLock l(&control.shards_mu);
-        control.shards.assign(seen.data_shards().begin(),
-                              seen.data_shards().end());
+        absl::MutexLock l(&control.plan_mu);
+        control.plan = PlanOf(seen);
+        control.plan_epoch = seen.membership_epoch();
       }
     }
   }
@@ -321,6 +336,15 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
                               : absl::GetFlag(FLAGS_data_root);
   PS_RETURN_IF_ERROR(
       w.data.Get(dir, !job.spec().data().no_normalize(), &train, &test));
+  {
+    // For the coordinator's cuts of data plans.
+    const int n = std::max(1, job.num_data_shards());
+    absl::MutexLock l(&control.plan_mu);
+    control.shard_steps = TotalSteps(job.spec(), train->num_examples, n);
+    w.link->SetDataShape(
+        control.shard_steps,
+        StepsPerEpoch(train->num_examples, n, job.spec().data().batch_size()));
+  }
   PsAccessOptions ao;
   ao.token = w.token;
   ao.tls = w.tls;
@@ -334,13 +358,16 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
   to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
   to.is_evaluator = [&control] { return control.evaluator.load(); };
   CoordinatorLink* l = w.link.get();
-  to.on_step = [&job, l](int64_t clock) {
+  to.on_step = [&job, &control, l](int64_t clock) {
+    control.at_clock = clock;
     l->SetProgress(job.job_id(), clock, job.incarnation());
   };
   absl::StatusOr<TrainResult> r = Train(
       job, train, test, w.device.backend.get(), access.get(),
-      [&job, l](std::vector<MetricPoint> points, bool done) {
+      [&job, &control, l](std::vector<MetricPoint> points, bool done) {
         for (MetricPoint& p : points) p.set_incarnation(job.incarnation());
+        // Not done when the plan grew as the steps ended: it trains on.
+        done = done && !control.Grown(control.at_clock);
         if (absl::Status s =
                 l->ReportMetrics(job.job_id(), std::move(points), done);
             !s.ok()) {
@@ -350,19 +377,32 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
       },
       &control.stop, to,
       [&control] {
-        absl::MutexLock l(&control.shards_mu);
-        return control.shards;
+        absl::MutexLock l(&control.plan_mu);
+        return control.plan;
       });
   PS_RETURN_IF_ERROR(r.status());
+  if (control.Grown(r->final_clock) && !control.stop) {
+    std::fprintf(stderr,
+                 "worker: job %s: more data at step %lld; training on\n",
+                 job.job_id().c_str(), static_cast<long long>(r->final_clock));
+    control.resume_at = r->final_clock;
+  }
   std::fprintf(stderr, "worker: job %s done: %lld steps, last loss %.4f\n",
                job.job_id().c_str(), static_cast<long long>(r->steps),
                r->last_loss);
   return absl::OkStatus();
 }
 
-// Runs one assignment to its end. Returns false when the job rolled back and
-// is to start again, true when it is finished (done, stopped or failed).
-bool RunJob(WorkerProcess& w, const WorkerAssignment& job) {
+// How a run of an assignment ended.
+struct JobEnd {
+  // False: the job rolled back, or its plan grew, and is to start again.
+  bool finished = true;
+  int64_t resume_at = -1;  // the plan grew: the step to train on from
+  int64_t plan_epoch = 0;  // the membership epoch of the plan it finished
+};
+
+// Runs one assignment to its end.
+JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job) {
   std::fprintf(stderr, "worker: job %s rank %d/%d, %d servers%s%s\n",
                job.job_id().c_str(), job.rank(), job.num_workers(),
                job.server_addresses_size(),
@@ -375,9 +415,11 @@ bool RunJob(WorkerProcess& w, const WorkerAssignment& job) {
   w.link->SetProgress(job.job_id(), job.start_step(), job.incarnation());
   JobControl control;
   control.evaluator = job.evaluator();
+  control.at_clock = job.start_step();
   {
-    absl::MutexLock l(&control.shards_mu);
-    control.shards.assign(job.data_shards().begin(), job.data_shards().end());
+    absl::MutexLock l(&control.plan_mu);
+    control.plan = PlanOf(job);
+    control.plan_epoch = job.membership_epoch();
   }
   absl::Status status;
   {
@@ -389,7 +431,10 @@ bool RunJob(WorkerProcess& w, const WorkerAssignment& job) {
                  "worker: job %s rolled back to a checkpoint; dropping this "
                  "run (%s) and starting again\n",
                  job.job_id().c_str(), std::string(status.message()).c_str());
-    return false;
+    return {.finished = false};
+  }
+  if (control.resume_at >= 0 && !g_terminate) {
+    return {.finished = false, .resume_at = control.resume_at};
   }
   if (absl::IsCancelled(status)) {
     std::fprintf(stderr, "worker: job %s stopped: %s\n", job.job_id().c_str(),
@@ -401,7 +446,8 @@ bool RunJob(WorkerProcess& w, const WorkerAssignment& job) {
                                 "");
   }
   w.link->SetProgress("", 0, 0);
-  return true;
+  absl::MutexLock l(&control.plan_mu);
+  return {.finished = true, .plan_epoch = control.plan_epoch};
 }
 
 int Run(const std::string& blas_core) {
@@ -415,15 +461,27 @@ int Run(const std::string& blas_core) {
   }
   WorkerAssignment current;
   std::string finished_job;
+  // The membership epoch this worker finished the job under: a later one
+  // that is not done gave it more of the job's data (data_plan.h).
+  int64_t finished_epoch = 0;
+  int64_t resume_at = -1;  // the step to train on from when the plan grew
   while (!g_terminate) {
     current = w.link->WaitForChange(current, absl::Milliseconds(500));
     if (current.command() != WorkerAssignment::TRAIN ||
-        current.job_id() == finished_job) {
+        (current.job_id() == finished_job &&
+         (current.done() || current.membership_epoch() <= finished_epoch))) {
       continue;
     }
+    WorkerAssignment job = current;
+    if (resume_at >= 0) job.set_start_step(std::exchange(resume_at, -1));
     // After a rollback `current` is the old assignment: the next wait
     // returns the new one.
-    if (RunJob(w, current)) finished_job = current.job_id();
+    const JobEnd end = RunJob(w, job);
+    resume_at = end.resume_at;
+    if (end.finished) {
+      finished_job = job.job_id();
+      finished_epoch = end.plan_epoch;
+    }
   }
   std::fprintf(stderr, "worker: terminating\n");
   if (health_updater.joinable()) health_updater.join();

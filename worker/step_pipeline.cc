@@ -91,7 +91,7 @@ bool StepPipeline::CatchUp() {
   const int64_t clock = CatchUpClock(options_.bsp, clock_, version_);
   skipped_steps_ += clock - clock_;
   clock_ = clock;
-  return clock_ < options_.total_steps;
+  return clock_ < total_steps_;
 }
 
 bool StepPipeline::Arrived(const ParameterAccess::StepEnd& end) {
@@ -199,7 +199,7 @@ absl::StatusOr<std::optional<float>> StepPipeline::Compute(const Batch& batch) {
 }
 
 absl::Status StepPipeline::EndStep() {
-  const bool last = clock_ + 1 >= options_.total_steps;
+  const bool last = clock_ + 1 >= total_steps_;
   if (overlap_ != nullptr) {
     PS_ASSIGN_OR_RETURN(const OverlapStepEnd::Ended ended,
                         overlap_->EndStep(clock_, version_, last));

@@ -102,6 +102,9 @@ class StepPipeline {
 
   // The step being run (before Pull: the next to run).
   int64_t clock() const { return clock_; }
+  // The job's steps now end at `total_steps` (a data plan that grew or
+  // shrank); takes effect from the next step.
+  void set_total_steps(int64_t total_steps) { total_steps_ = total_steps; }
   // BSP: steps the job made without this worker (CatchUpClock).
   int64_t skipped_steps() const { return skipped_steps_; }
 
@@ -153,6 +156,7 @@ class StepPipeline {
   TrainableModel* const model_;
   ParameterAccess* const params_;
   const StepPipelineOptions options_;
+  int64_t total_steps_ = options_.total_steps;  // the job's steps end here
   ParameterStaging staging_;
   std::unique_ptr<OverlapStepEnd> overlap_;  // with options_.overlap
   // Per parameter: its row blocks (empty: whole).

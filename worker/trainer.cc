@@ -12,6 +12,7 @@
 #include "worker/evaluator.h"
 #include "worker/mlp_model.h"
 #include "worker/model/layer_model.h"
+#include "worker/plan_batches.h"
 #include "worker/step_pipeline.h"
 #include "worker/trainable_model.h"
 
@@ -37,59 +38,80 @@ absl::StatusOr<StepBudget> BudgetFor(const JobSpec& spec,
   return b;
 }
 
-// This worker's batches, prefetched from its data shards, starting at the
-// assignment's step. A survivor of an eviction takes over data shards
-// (`current_data_shards`) from the next epoch of its data.
+// This worker's batches: at each clock the one its data plan names
+// (plan_batches.h), prefetched from that batch's data shard on. The plan
+// may grow or shrink while it trains (`current_plan`: a survivor of an
+// eviction takes on the leaver's batches); a batch the prefetcher did not
+// have next, at a run's start or an epoch's end, starts it again there.
 class BatchSource {
  public:
-  static absl::StatusOr<BatchSource> Create(
-      const WorkerAssignment& a, std::shared_ptr<const Dataset> train,
-      int num_shards, int64_t steps_per_epoch,
-      std::function<std::vector<int>()> current_data_shards) {
-    PrefetcherOptions po;
-    po.batch_size = a.spec().data().batch_size();
-    po.seed = a.spec().data().shuffle_seed();
-    po.assignment.shards.assign(a.data_shards().begin(), a.data_shards().end());
-    if (po.assignment.shards.empty()) po.assignment.shards = {a.rank()};
-    po.assignment.num_shards = num_shards;
-    po.first_epoch = a.start_step() / steps_per_epoch;
-    po.first_batch = a.start_step() % steps_per_epoch;
-    po.num_epochs = 0;  // the step budget ends training, not the data
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<BatchPrefetcher> prefetcher,
-                        BatchPrefetcher::Create(std::move(train), po));
-    return BatchSource(std::move(prefetcher), num_shards, po.assignment.shards,
-                       std::move(current_data_shards));
+  BatchSource(const WorkerAssignment& a, std::shared_ptr<const Dataset> train,
+              int num_shards, StepBudget budget,
+              std::function<WorkerPlan()> current_plan)
+      : train_(std::move(train)),
+        num_shards_(num_shards),
+        budget_(budget),
+        plan_(PlanOf(a)),
+        current_plan_(std::move(current_plan)) {
+    options_.batch_size = a.spec().data().batch_size();
+    options_.seed = a.spec().data().shuffle_seed();
+    options_.assignment.num_shards = num_shards;
+    options_.num_epochs = 0;  // the plan ends training, not the data
   }
 
-  absl::StatusOr<Batch> Next(absl::Duration timeout) {
-    absl::StatusOr<Batch> b = prefetcher_->Next(timeout);
-    if (!b.ok()) return Annotate(b.status(), "next batch");
-    if (current_data_shards_) {
-      std::vector<int> now = current_data_shards_();
-      if (!now.empty() && now != shards_in_use_ &&
-          prefetcher_->Reassign(ShardAssignment{now, num_shards_}, b->epoch + 1)
-              .ok()) {
-        shards_in_use_ = now;
+  // The clock after the plan's last batch, as the plan is now.
+  int64_t End() {
+    if (current_plan_) plan_ = current_plan_();
+    return PlanEnd(plan_.start, plan_.segments, budget_.total_steps);
+  }
+
+  absl::StatusOr<Batch> Next(int64_t clock, absl::Duration timeout) {
+    PS_ASSIGN_OR_RETURN(const PlannedBatch want,
+                        PlanBatchAt(plan_, clock, budget_.total_steps,
+                                    budget_.steps_per_epoch));
+    for (int attempt = 0;; ++attempt) {
+      if (prefetcher_ == nullptr || shard_ != want.data_shard) {
+        PS_RETURN_IF_ERROR(StartAt(want));
       }
+      absl::StatusOr<Batch> b = prefetcher_->Next(timeout);
+      if (!b.ok()) return Annotate(b.status(), "next batch");
+      if (b->epoch == want.epoch && b->index == want.index) return b;
+      // Not the planned one (an epoch with a batch beyond steps_per_epoch,
+      // or a jump in the plan): start again at the planned batch.
+      prefetcher_->Recycle(*std::move(b));
+      if (attempt > 0) {
+        return absl::InternalError(absl::StrCat(
+            "the prefetcher did not deliver batch ", want.index, " of epoch ",
+            want.epoch, " of data shard ", want.data_shard));
+      }
+      prefetcher_.reset();
     }
-    return b;
   }
 
-  void Recycle(Batch b) { prefetcher_->Recycle(std::move(b)); }
+  void Recycle(Batch b) {
+    if (prefetcher_ != nullptr) prefetcher_->Recycle(std::move(b));
+  }
 
  private:
-  BatchSource(std::unique_ptr<BatchPrefetcher> prefetcher, int num_shards,
-              std::vector<int> shards_in_use,
-              std::function<std::vector<int>()> current_data_shards)
-      : prefetcher_(std::move(prefetcher)),
-        num_shards_(num_shards),
-        shards_in_use_(std::move(shards_in_use)),
-        current_data_shards_(std::move(current_data_shards)) {}
+  absl::Status StartAt(const PlannedBatch& want) {
+    prefetcher_.reset();
+    PrefetcherOptions po = options_;
+    po.assignment.shards = {want.data_shard};
+    po.first_epoch = want.epoch;
+    po.first_batch = want.index;
+    PS_ASSIGN_OR_RETURN(prefetcher_, BatchPrefetcher::Create(train_, po));
+    shard_ = want.data_shard;
+    return absl::OkStatus();
+  }
 
-  std::unique_ptr<BatchPrefetcher> prefetcher_;
+  std::shared_ptr<const Dataset> train_;
   int num_shards_;
-  std::vector<int> shards_in_use_;
-  std::function<std::vector<int>()> current_data_shards_;
+  StepBudget budget_;
+  PrefetcherOptions options_;
+  WorkerPlan plan_;
+  std::function<WorkerPlan()> current_plan_;
+  std::unique_ptr<BatchPrefetcher> prefetcher_;
+  int shard_ = -1;
 };
 
 StepPipelineOptions PipelineOptionsFor(const WorkerAssignment& a,
@@ -137,8 +159,7 @@ absl::StatusOr<TrainResult> Train(
     const WorkerAssignment& a, std::shared_ptr<const Dataset> train,
     std::shared_ptr<const Dataset> test, kernels::Backend* backend,
     ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
-    const TrainerOptions& options,
-    std::function<std::vector<int>()> current_data_shards) {
+    const TrainerOptions& options, std::function<WorkerPlan()> current_plan) {
   const JobSpec& spec = a.spec();
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<TrainableModel> model,
@@ -149,11 +170,8 @@ absl::StatusOr<TrainResult> Train(
   const int num_shards = std::max(1, a.num_data_shards());
   PS_ASSIGN_OR_RETURN(const StepBudget budget,
                       BudgetFor(spec, train->num_examples, num_shards));
-  const int64_t total_steps = budget.total_steps;
-  PS_ASSIGN_OR_RETURN(
-      BatchSource batches,
-      BatchSource::Create(a, train, num_shards, budget.steps_per_epoch,
-                          std::move(current_data_shards)));
+  BatchSource batches(a, train, num_shards, budget, std::move(current_plan));
+  int64_t total_steps = batches.End();
   // Declared after the model: destroyed first, ending the calls in flight
   // before the model's buffers go.
   PS_ASSIGN_OR_RETURN(std::unique_ptr<StepPipeline> pipeline,
@@ -169,13 +187,15 @@ absl::StatusOr<TrainResult> Train(
                        .batch_size = spec.data().batch_size()});
 
   TrainResult result;
-  while (pipeline->clock() < total_steps) {
+  while (pipeline->clock() < (total_steps = batches.End())) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(
           absl::StrCat("stopped at step ", pipeline->clock()));
     }
+    pipeline->set_total_steps(total_steps);
     const absl::Time t0 = clock->Now();
-    PS_ASSIGN_OR_RETURN(Batch batch, batches.Next(options.batch_timeout));
+    PS_ASSIGN_OR_RETURN(Batch batch,
+                        batches.Next(pipeline->clock(), options.batch_timeout));
     const absl::Time t1 = clock->Now();
     // The evaluator needs all of the weights before the step.
     PS_ASSIGN_OR_RETURN(const bool more,

@@ -21,6 +21,7 @@
 #include "worker/dataset.h"
 #include "worker/metric_window.h"
 #include "worker/parameter_access.h"
+#include "worker/plan_batches.h"
 
 namespace ps::worker {
 
@@ -45,18 +46,20 @@ struct TrainResult {
   double test_accuracy = -1;  // last evaluation (evaluator only)
 };
 
-// Trains `assignment` (command TRAIN). Each worker runs the same number of
-// steps: epochs x floor(train examples / (num_data_shards x batch)) (or
-// data.max_steps), drawing batches from its data shards, so BSP barriers
-// always close. Stops early (CANCELLED) when `stop` becomes true, checked
-// once per step. Straggler injection from the spec slows this worker when
-// its rank is named there.
+// Trains `assignment` (command TRAIN): at each clock the batch its data
+// plan names (plan_batches.h), until the plan's end. A job starts with
+// every worker's plan the same length: epochs x floor(train examples /
+// (num_data_shards x batch)) (or data.max_steps) batches of its own data
+// shard, so BSP barriers always close; `current_plan`, when set, is read
+// once per step and may have grown (or shrunk) since the assignment. Stops
+// early (CANCELLED) when `stop` becomes true, checked once per step. Straggler
+// injection from the spec slows this worker when its rank is named there.
 absl::StatusOr<TrainResult> Train(
     const WorkerAssignment& assignment, std::shared_ptr<const Dataset> train,
     std::shared_ptr<const Dataset> test, kernels::Backend* backend,
     ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
     const TrainerOptions& options = {},
-    std::function<std::vector<int>()> current_data_shards = nullptr);
+    std::function<WorkerPlan()> current_plan = nullptr);
 
 // Steps each worker runs for the job (the same on every worker).
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,

@@ -386,3 +386,83 @@ TEST(Trainer, StepBudget) {
 
 }  // namespace
 }  // namespace ps::worker
+
+namespace ps::worker {
+namespace {
+
+// A worker given batches 465-470 of data shard 1 (across the end of epoch
+// 0: 468 batches of 64 per shard of two) at clocks 7-12 trains exactly
+// what a worker owning the shard trains at clocks 465-470: the same
+// gradients from the same weights.
+TEST_F(TrainerTest, FollowsItsPlanBatchByBatch) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  WorkerAssignment own;
+  *own.mutable_spec() = Spec(471);
+  own.add_data_shards(1);
+  own.set_num_data_shards(2);
+  own.set_start_step(465);
+  WorkerAssignment planned = own;
+  planned.set_start_step(7);
+  planned.set_plan_start(7);
+  DataSegment* d = planned.add_plan();
+  d->set_data_shard(1);
+  d->set_first_batch(465);
+  d->set_end_batch(471);
+  LocalParams p_own(own.spec(), 0.1f), p_planned(own.spec(), 0.1f);
+  auto r_own = Train(own, train_, test_, backend->get(), &p_own,
+                     [](std::vector<MetricPoint>, bool) {}, nullptr);
+  auto r_planned = Train(planned, train_, test_, backend->get(), &p_planned,
+                         [](std::vector<MetricPoint>, bool) {}, nullptr);
+  ASSERT_TRUE(r_own.ok()) << r_own.status();
+  ASSERT_TRUE(r_planned.ok()) << r_planned.status();
+  EXPECT_EQ(r_own->steps, 6);
+  EXPECT_EQ(r_planned->steps, 6);
+  EXPECT_EQ(r_planned->final_clock, 13);
+  for (int64_t k = 0; k < 6; ++k) {
+    for (int t = 0; t < 4; ++t) {
+      const double want = p_own.grad_sums.at({465 + k, t});
+      EXPECT_NEAR(p_planned.grad_sums.at({7 + k, t}), want, 1e-6 * want)
+          << "step " << k << " tensor " << t;
+    }
+  }
+}
+
+// The plan read once per step: batches appended while it trains (a
+// survivor taking on a leaver's data) are trained before it is done.
+TEST_F(TrainerTest, TrainsWhatItsPlanGainsWhileItRuns) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  WorkerAssignment a;
+  *a.mutable_spec() = Spec(100);
+  a.set_num_data_shards(2);
+  DataSegment* d = a.add_plan();
+  d->set_data_shard(0);
+  d->set_end_batch(5);
+  LocalParams params(a.spec(), 0.1f);
+  std::atomic<int64_t> at{0};
+  TrainerOptions o;
+  o.on_step = [&](int64_t clock) { at = clock; };
+  int dones = 0;
+  auto result = Train(
+      a, train_, test_, backend->get(), &params,
+      [&](std::vector<MetricPoint>, bool done) { dones += done; }, nullptr, o,
+      [&] {
+        WorkerPlan p = PlanOf(a);
+        if (at >= 2) {
+          DataSegment* more = p.segments.Add();
+          more->set_data_shard(1);
+          more->set_first_batch(40);
+          more->set_end_batch(43);
+        }
+        return p;
+      });
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->steps, 8);
+  EXPECT_EQ(result->final_clock, 8);
+  EXPECT_EQ(params.pushes, 8 * 4);
+  EXPECT_EQ(dones, 1);
+}
+
+}  // namespace
+}  // namespace ps::worker
