@@ -286,6 +286,9 @@ void PrintJob(const JobData& job) {
   std::printf("progress   step %lld/%lld, epoch %.2f\n",
               static_cast<long long>(r.global_step()),
               static_cast<long long>(r.total_steps()), r.epoch());
+  if (const std::string d = FormatDataProgress(r); !d.empty()) {
+    std::printf("data       %s\n", d.c_str());
+  }
   std::printf("loss       %.4f\n", r.last_train_loss());
   // The job's metric first, then any other test metric it reported.
   const JobSummary summary = Summarize(job);

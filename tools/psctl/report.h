@@ -83,6 +83,10 @@ std::string FormatMetricValues(const MetricValues& v);
 // reached", or "" without a target.
 std::string FormatTargetProgress(const JobSummary& s);
 
+// "57600/60000 examples trained (96.0%), 2400 skipped" from the record's
+// examples_trained / _total / _skipped; "" when the job has no data plans.
+std::string FormatDataProgress(const JobRecord& r);
+
 // The metric a comparison judges its jobs by, and the target in it (0: none).
 struct ComparisonMetric {
   const TestMetricInfo* metric = &AccuracyMetric();

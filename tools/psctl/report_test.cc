@@ -426,5 +426,16 @@ TEST(Report, WritesPngAndSvg) {
   EXPECT_FALSE(std::filesystem::exists(prefix + ".gnuplot.log"));
 }
 
+TEST(Report, DataProgressCountsTrainedAndSkippedExamples) {
+  JobRecord r;
+  EXPECT_EQ(FormatDataProgress(r), "") << "a job without data plans";
+  r.set_examples_total(60000);
+  r.set_examples_trained(57600);
+  EXPECT_EQ(FormatDataProgress(r), "57600/60000 examples trained (96.0%)");
+  r.set_examples_skipped(2400);
+  EXPECT_EQ(FormatDataProgress(r),
+            "57600/60000 examples trained (96.0%), 2400 skipped");
+}
+
 }  // namespace
 }  // namespace ps::psctl
