@@ -54,10 +54,10 @@ void Skip(JobTable& table, Job& job, const WorkerSlot& gone,
 // The survivors to train the leftover: those still training, else (all
 // done) every active slot. ASP/SSP: the plans ending first come first, so
 // they take the longer parts.
-std::vector<WorkerSlot*> Takers(JobRecord& record, int64_t steps) {
+std::vector<WorkerSlot*> Takers(JobRecord& record, int64_t steps, bool equal) {
   std::vector<WorkerSlot*> takers;
   for (WorkerSlot& s : *record.mutable_slots()) {
-    if (s.active() && !s.done()) takers.push_back(&s);
+    if (s.active() && (equal || !s.done())) takers.push_back(&s);
   }
   if (takers.empty()) {
     for (WorkerSlot& s : *record.mutable_slots()) {
@@ -103,15 +103,21 @@ void MoveLeftoverData(JobTable& table, Job& job, WorkerSlot& gone,
     Skip(table, job, gone, left, steps, "data.leftover_data is SKIP", writes);
     return;
   }
-  std::vector<WorkerSlot*> takers = Takers(r, steps);
+  // BSP and SSP: every worker's plan keeps one length. The shards count a
+  // finished worker's clock as where it stopped, so one plan longer than
+  // another would hold a BSP barrier or an SSP bound closed for good.
+  const ConsistencySpec::Model model = r.spec().consistency().model();
+  const bool equal =
+      model == ConsistencySpec::BSP || model == ConsistencySpec::SSP;
+  std::vector<WorkerSlot*> takers = Takers(r, steps, equal);
   if (takers.empty()) return;  // the job fails: no worker left
   const int n = static_cast<int>(takers.size());
-  if (r.spec().consistency().model() == ConsistencySpec::BSP) {
-    // Equal parts: every BSP worker must reach the same last step.
+  if (equal) {
     std::vector<DataSegment> rest =
         TakeFirst(&left, Batches(left, steps) / n * n, steps);
     Skip(table, job, gone, rest, steps,
-         absl::StrCat("BSP needs equal parts for the ", n, " workers left"),
+         absl::StrCat(ConsistencySpec::Model_Name(model),
+                      " needs equal parts for the ", n, " workers left"),
          writes);
   }
   std::vector<std::vector<DataSegment>> parts = SplitSegments(left, n, steps);
@@ -182,7 +188,8 @@ void TakeBackRankData(JobTable& table, Job& job, WorkerSlot& back,
   for (const DataSegment& d : taken) {
     next = std::max(next, SegmentEnd(d, steps));
   }
-  const bool bsp = r.spec().consistency().model() == ConsistencySpec::BSP;
+  const bool bsp = r.spec().consistency().model() == ConsistencySpec::BSP ||
+                   r.spec().consistency().model() == ConsistencySpec::SSP;
   const int64_t want =
       bsp ? std::max<int64_t>(0, common_end - back.start_step()) : -1;
   int64_t extra = std::max<int64_t>(0, steps - next);
@@ -202,7 +209,7 @@ void TakeBackRankData(JobTable& table, Job& job, WorkerSlot& back,
     // One length for every BSP worker: what does not fit is skipped.
     std::vector<DataSegment> rest = TakeFirst(&taken, want, steps);
     Skip(table, job, back, rest, steps,
-         "BSP: more than the job's steps left to the rejoining worker", writes);
+         "more than the others' steps left to the rejoining worker", writes);
   }
   back.clear_plan();
   for (DataSegment& d : taken) *back.add_plan() = std::move(d);

@@ -4,12 +4,15 @@
 // plan is cut at the last clock it reported and the rest is, under
 // data.leftover_data:
 //   TRAIN (default)  spread over the survivors, continued where it stopped:
-//                    under ASP/SSP in nearly equal parts (the longer parts to
-//                    the survivors whose plans end first), under BSP in
-//                    exactly equal parts so that every survivor's plan keeps
-//                    the same length and the step barriers keep closing; the
-//                    few batches that do not divide evenly (fewer than the
-//                    survivors) are skipped and counted. Event "data_moved".
+//                    under ASP over those still training in nearly equal
+//                    parts (the longer parts to the plans ending first);
+//                    under BSP and SSP over all of them in exactly equal
+//                    parts, so that every plan keeps the same length and the
+//                    step barriers and staleness bounds keep closing (the
+//                    shards count a finished worker as stopped where it
+//                    ended); the few batches that do not divide evenly
+//                    (fewer than the survivors) are skipped and counted.
+//                    Event "data_moved".
 //   SKIP             counted in JobRecord.examples_skipped. Event
 //                    "data_skipped".
 // A survivor that had finished gets done = false and trains its new part
@@ -47,8 +50,8 @@ void MoveLeftoverData(JobTable& table, Job& job, WorkerSlot& gone,
 // the untrained tails of its rank's data shard, taken from the active
 // slots' plans at the clocks they last reported, then the shard's batches
 // nobody held (skipped when it left; no longer counted as skipped). Under
-// BSP the plan ends where the others' do: what does not fit is skipped and
-// counted.
+// BSP and SSP the plan ends where the others' do: what does not fit is
+// skipped and counted.
 void TakeBackRankData(JobTable& table, Job& job, WorkerSlot& back,
                       WriteBatch* writes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());

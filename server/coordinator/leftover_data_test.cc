@@ -188,6 +188,24 @@ TEST_F(LeftoverDataTest, BspWithFewerBatchesThanSurvivorsSkipsThemAll) {
   EXPECT_EQ(FindEvent(job, "data_moved"), nullptr);
 }
 
+TEST_F(LeftoverDataTest, SspPartsAreEqualAndGoToFinishedWorkersToo) {
+  Job& job = Start(3, ConsistencySpec::SSP, DataSpec::TRAIN, 401);
+  job.record.mutable_slots(2)->set_done(true);  // its clock stays at its end
+  job.runtime[3].clock = kSteps;
+  Evict(job, 1);  // 599 batches: 299 each, 1 skipped
+  const JobRecord& r = job.record;
+  EXPECT_EQ(End(r.slots(1)), kSteps + 299);
+  EXPECT_EQ(End(r.slots(2)), kSteps + 299) << "one length for the bound";
+  EXPECT_FALSE(r.slots(2).done());
+  EXPECT_EQ(r.slots(2).start_step(), kSteps);
+  EXPECT_EQ(r.examples_skipped(), kBatch);
+  const JobEvent* skipped = FindEvent(job, "data_skipped");
+  ASSERT_NE(skipped, nullptr);
+  EXPECT_NE(skipped->message().find("SSP needs equal parts for the 2"),
+            std::string::npos)
+      << skipped->message();
+}
+
 TEST_F(LeftoverDataTest, SkipCountsTheRestAndMovesNothing) {
   for (ConsistencySpec::Model model :
        {ConsistencySpec::ASP, ConsistencySpec::BSP}) {
