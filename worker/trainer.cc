@@ -236,6 +236,13 @@ absl::StatusOr<TrainResult> Train(
   }
   result.final_clock = pipeline->clock();
   result.skipped_steps = pipeline->skipped_steps();
+  // The clock the steps ended at, steps the job made without this worker
+  // included (a BSP backup or a late joiner catches up without a step of
+  // its own): the coordinator takes a worker as done only once its clock
+  // reaches its data plan's end.
+  if (options.on_step && result.final_clock > 0) {
+    options.on_step(result.final_clock);
+  }
   PS_RETURN_IF_ERROR(pipeline->Drain());
   // Final evaluation on the final weights.
   if (evaluator.IsEvaluator()) {
