@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "common/config_data.h"
 #include "common/config_sparse.h"
 #include "common/config_violations.h"
 #include "common/file_system.h"
@@ -21,9 +22,13 @@
 namespace ps {
 namespace {
 
+using config_internal::CheckDataFormat;
+using config_internal::CheckModelInputs;
 using config_internal::CheckOptimizer;
 using config_internal::CheckSparseTables;
+using config_internal::FieldsOf;
 using config_internal::Finite;
+using config_internal::LossForLabels;
 using config_internal::NormalizeOptimizer;
 using config_internal::NormalizeSparseTable;
 using config_internal::OptimizerPath;
@@ -51,14 +56,6 @@ class ParseErrors : public google::protobuf::io::ErrorCollector {
   std::vector<std::string> errors_;
 };
 
-// What the job's data gives the head as labels. Today every job reads IDX
-// images: class labels (their count is known only once the files are read,
-// which the worker checks).
-HeadSpec::Loss LossForLabels(const DataSpec& data) {
-  (void)data;
-  return HeadSpec::SOFTMAX_CROSS_ENTROPY;
-}
-
 // A layer model: every problem of its graph, each at its field's line; and
 // a head that does not fit the data's labels.
 void CheckLayerModel(const JobSpec& spec, Violations& v) {
@@ -77,9 +74,11 @@ void CheckLayerModel(const JobSpec& spec, Violations& v) {
   if (loss != HeadSpec::LOSS_UNSPECIFIED && loss != fits) {
     v.Add({{"model"}, {"head"}, {"loss"}},
           absl::StrCat(HeadSpec::Loss_Name(loss),
-                       " does not fit the data's labels: the job reads IDX "
-                       "images (data.path), whose labels are classes "
-                       "(SOFTMAX_CROSS_ENTROPY)"));
+                       " does not fit the data's labels: the job reads ",
+                       spec.data().format() == DataSpec::IDX
+                           ? "IDX images (data.path)"
+                           : DataSpec::Format_Name(spec.data().format()),
+                       ", whose labels are ", FieldsOf(spec.data()).label_words));
   }
   if (!graph.ok() || model.tensors().empty()) return;
   if (auto expanded = ExpandModel(model); !expanded.ok()) {
@@ -260,7 +259,8 @@ void CheckData(const DataSpec& d, const ValidationOptions& options,
     v.Add({{"data"}, {"eval_examples"}},
           absl::StrCat("must be >= 0, got ", d.eval_examples()));
   }
-  if (!options.check_dataset_files) return;
+  CheckDataFormat(d, options, v);
+  if (!options.check_dataset_files || d.format() != DataSpec::IDX) return;
   const std::string dir = d.path().empty() ? kDefaultDatasetPath : d.path();
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -313,6 +313,7 @@ void CheckJob(const JobSpec& spec, const ValidationOptions& options,
   CheckSparseTables(spec, v);
   CheckConsistency(spec, v);
   CheckData(spec.data(), options, v);
+  CheckModelInputs(spec, v);
   if (spec.num_workers() < 0) {
     v.Add({{"num_workers"}},
           absl::StrCat("must be >= 0 (0 = every registered worker), got ",
