@@ -110,9 +110,9 @@ void CheckDataFormat(const DataSpec& d, const ValidationOptions& options,
     v.Add({{"data"}, {"max_bad_line_fraction"}},
           absl::StrCat("must be in [0, 1], got ", d.max_bad_line_fraction()));
   }
-  if (d.bad_line_min_lines() < 0) {
-    v.Add({{"data"}, {"bad_line_min_lines"}},
-          absl::StrCat("must be >= 0, got ", d.bad_line_min_lines()));
+  if (d.min_bad_lines() < 0) {
+    v.Add({{"data"}, {"min_bad_lines"}},
+          absl::StrCat("must be >= 0, got ", d.min_bad_lines()));
   }
   if (d.shuffle_buffer() < 0) {
     v.Add({{"data"}, {"shuffle_buffer"}},

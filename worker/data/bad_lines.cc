@@ -20,17 +20,20 @@ constexpr int kSamplesInError = 5;
 
 absl::Status ValidateBadLinePolicy(const BadLinePolicy& policy) {
   if (!(policy.max_fraction >= 0.0 && policy.max_fraction <= 1.0) ||
-      policy.min_lines < 0 || policy.max_samples < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad-line policy: max_fraction must be in [0, 1] (got ",
-        policy.max_fraction, "), min_lines and max_samples >= 0 (got ",
-        policy.min_lines, ", ", policy.max_samples, ")"));
+      policy.min_lines < 0 || policy.max_samples < 0 ||
+      policy.min_bad_lines < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad-line policy: max_fraction must be in [0, 1] (got ",
+                     policy.max_fraction,
+                     "), min_lines, max_samples and min_bad_lines >= 0 (got ",
+                     policy.min_lines, ", ", policy.max_samples, ", ",
+                     policy.min_bad_lines, ")"));
   }
   return absl::OkStatus();
 }
 
 absl::Status BadLineCounter::Check(bool at_end) const {
-  if (bad_ == 0) return absl::OkStatus();
+  if (bad_ <= policy_.min_bad_lines) return absl::OkStatus();
   const int64_t base = at_end ? lines_ : std::max(lines_, policy_.min_lines);
   if (static_cast<double>(bad_) <= policy_.max_fraction * base) {
     return absl::OkStatus();

@@ -21,6 +21,9 @@ struct BadLinePolicy {
   // is an error, and later ones once they pass 0.1% of the lines read. At
   // the end of the data the fraction of the lines read decides.
   int64_t min_lines = 1000;
+  // Up to this many bad lines are never an error, whatever the fraction
+  // (so that one bad line in a tiny file can pass).
+  int64_t min_bad_lines = 0;
   // How many "file:line: reason" samples to keep.
   int max_samples = 20;
 };

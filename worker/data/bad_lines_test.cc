@@ -47,6 +47,25 @@ TEST(BadLineCounter, ZeroFractionFailsOnTheFirstBadLine) {
   EXPECT_FALSE(counter.Check(false).ok());
 }
 
+TEST(BadLineCounter, MinBadLinesAlwaysPass) {
+  BadLinePolicy policy;
+  policy.max_fraction = 0.001;
+  policy.min_bad_lines = 2;
+  BadLineCounter c(policy, "tiny");
+  for (int i = 0; i < 10; ++i) c.AddLine();
+  c.AddBad();
+  EXPECT_TRUE(c.Check(/*at_end=*/true).ok());  // 1 bad line in 10
+  c.AddLine();
+  c.AddBad();
+  EXPECT_TRUE(c.Check(/*at_end=*/true).ok());
+  c.AddLine();
+  c.AddBad();
+  EXPECT_EQ(c.Check(/*at_end=*/true).code(),
+            absl::StatusCode::kInvalidArgument);
+  policy.min_bad_lines = -1;
+  EXPECT_FALSE(ValidateBadLinePolicy(policy).ok());
+}
+
 TEST(BadLineCounter, FractionOneNeverFails) {
   BadLinePolicy policy;
   policy.max_fraction = 1.0;
