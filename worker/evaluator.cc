@@ -35,6 +35,34 @@ absl::StatusOr<TestScore> ScoreOnTestSet(TrainableModel* model,
   return score;
 }
 
+void ReportTestScore(const TestScore& score, const MetricStamp& stamp,
+                     const MetricSink& sink, int64_t step) {
+  switch (score.head) {
+    case HeadSpec::SIGMOID_CROSS_ENTROPY:
+      sink({stamp.Point("test_auc", score.auc, step),
+            stamp.Point("test_logloss", score.log_loss, step),
+            stamp.Point("test_accuracy", score.accuracy, step),
+            stamp.Point("test_loss", score.loss, step)},
+           false);
+      std::fprintf(stderr, "worker: step %lld test auc %.4f logloss %.4f\n",
+                   static_cast<long long>(step), score.auc, score.log_loss);
+      break;
+    case HeadSpec::MEAN_SQUARED_ERROR:
+      sink({stamp.Point("test_rmse", score.rmse, step),
+            stamp.Point("test_loss", score.loss, step)},
+           false);
+      std::fprintf(stderr, "worker: step %lld test rmse %.4f\n",
+                   static_cast<long long>(step), score.rmse);
+      break;
+    default:
+      sink({stamp.Point("test_accuracy", score.accuracy, step),
+            stamp.Point("test_loss", score.loss, step)},
+           false);
+      std::fprintf(stderr, "worker: step %lld test accuracy %.4f loss %.4f\n",
+                   static_cast<long long>(step), score.accuracy, score.loss);
+  }
+}
+
 Evaluator::Evaluator(std::shared_ptr<const Dataset> test,
                      const MetricStamp* stamp, MetricSink sink,
                      EvaluatorOptions options, int64_t start_clock)
@@ -60,30 +88,7 @@ absl::Status Evaluator::Evaluate(TrainableModel* model, int64_t step) {
           : test_->num_examples;
   PS_ASSIGN_OR_RETURN(const TestScore score, ScoreOnTestSet(model, *test_, n));
   test_accuracy_ = score.accuracy;
-  switch (score.head) {
-    case HeadSpec::SIGMOID_CROSS_ENTROPY:
-      sink_({stamp_->Point("test_auc", score.auc, step),
-             stamp_->Point("test_logloss", score.log_loss, step),
-             stamp_->Point("test_accuracy", score.accuracy, step),
-             stamp_->Point("test_loss", score.loss, step)},
-            false);
-      std::fprintf(stderr, "worker: step %lld test auc %.4f logloss %.4f\n",
-                   static_cast<long long>(step), score.auc, score.log_loss);
-      break;
-    case HeadSpec::MEAN_SQUARED_ERROR:
-      sink_({stamp_->Point("test_rmse", score.rmse, step),
-             stamp_->Point("test_loss", score.loss, step)},
-            false);
-      std::fprintf(stderr, "worker: step %lld test rmse %.4f\n",
-                   static_cast<long long>(step), score.rmse);
-      break;
-    default:
-      sink_({stamp_->Point("test_accuracy", score.accuracy, step),
-             stamp_->Point("test_loss", score.loss, step)},
-            false);
-      std::fprintf(stderr, "worker: step %lld test accuracy %.4f loss %.4f\n",
-                   static_cast<long long>(step), score.accuracy, score.loss);
-  }
+  ReportTestScore(score, *stamp_, sink_, step);
   return absl::OkStatus();
 }
 

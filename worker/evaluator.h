@@ -33,6 +33,13 @@ struct TestScore {
 absl::StatusOr<TestScore> ScoreOnTestSet(TrainableModel* model,
                                          const Dataset& test, int64_t n);
 
+// Sends `score` stamped `step` as the metrics its head implies
+// (test_auc, test_logloss, test_accuracy and test_loss for a sigmoid head;
+// test_rmse and test_loss for squared error; test_accuracy and test_loss
+// otherwise) and logs them.
+void ReportTestScore(const TestScore& score, const MetricStamp& stamp,
+                     const MetricSink& sink, int64_t step);
+
 struct EvaluatorOptions {
   int64_t eval_every_steps = 1;  // at least 1
   // How many test examples; 0: all of them.

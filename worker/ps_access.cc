@@ -158,6 +158,21 @@ class PsAccess final : public ParameterAccess, public SparseRowAccess {
     return t.version();
   }
 
+  // ParameterAccess's one-table calls (worker/sparse_step.h), as PullRows
+  // and PushRows of that table.
+  absl::Status PullSparse(int64_t clock, int table,
+                          absl::Span<const uint64_t> keys,
+                          absl::Span<float> rows) override {
+    return PullRows(clock, {{.table = table, .keys = keys, .rows = rows}})
+        .status();
+  }
+  absl::Status PushSparse(int64_t clock, int64_t base_version, int table,
+                          absl::Span<const uint64_t> keys,
+                          absl::Span<const float> grads) override {
+    return PushRows(clock, base_version,
+                    {{.table = table, .keys = keys, .grads = grads}});
+  }
+
   absl::Status PushRows(int64_t clock, int64_t base_version,
                         std::vector<client::SparsePush> grads) override {
     base_version_ = base_version;

@@ -334,9 +334,10 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
   const std::string dir = absl::GetFlag(FLAGS_data_root).empty()
                               ? job.spec().data().path()
                               : absl::GetFlag(FLAGS_data_root);
-  PS_RETURN_IF_ERROR(
-      w.data.Get(dir, !job.spec().data().no_normalize(), &train, &test));
-  {
+  // Text formats stream their files in Train (worker/data_trainer.h).
+  if (job.spec().data().format() == DataSpec::IDX) {
+    PS_RETURN_IF_ERROR(
+        w.data.Get(dir, !job.spec().data().no_normalize(), &train, &test));
     // For the coordinator's cuts of data plans.
     const int n = std::max(1, job.num_data_shards());
     absl::MutexLock l(&control.plan_mu);

@@ -9,6 +9,7 @@
 #include "common/model_graph.h"
 #include "common/status.h"
 #include "worker/batch_prefetcher.h"
+#include "worker/data_trainer.h"
 #include "worker/evaluator.h"
 #include "worker/mlp_model.h"
 #include "worker/model/layer_model.h"
@@ -161,6 +162,10 @@ absl::StatusOr<TrainResult> Train(
     ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
     const TrainerOptions& options, std::function<WorkerPlan()> current_plan) {
   const JobSpec& spec = a.spec();
+  if (spec.data().format() != DataSpec::IDX) {
+    return TrainOnStreamedData(a, backend, params, std::move(sink), stop,
+                               options, std::move(current_data_shards));
+  }
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<TrainableModel> model,
       HasLayers(spec.model())

@@ -54,6 +54,9 @@ struct TrainResult {
 // once per step and may have grown (or shrunk) since the assignment. Stops
 // early (CANCELLED) when `stop` becomes true, checked once per step. Straggler
 // injection from the spec slows this worker when its rank is named there.
+// A job whose data.format is a text format (CRITEO, LIBSVM, MOVIELENS)
+// streams its files instead and ignores `train` and `test` (may be null):
+// worker/data_trainer.h.
 absl::StatusOr<TrainResult> Train(
     const WorkerAssignment& assignment, std::shared_ptr<const Dataset> train,
     std::shared_ptr<const Dataset> test, kernels::Backend* backend,

@@ -1,0 +1,265 @@
+#include "worker/data_trainer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "worker/data/shard_batches.h"
+#include "worker/data/spec_readers.h"
+#include "worker/metric_window.h"
+#include "worker/model/layer_model.h"
+#include "worker/sparse_step.h"
+
+namespace ps::worker {
+namespace {
+
+constexpr int kEvalBatch = 1000;
+
+template <typename T>
+absl::StatusOr<T> Annotated(absl::StatusOr<T> s, absl::string_view context) {
+  if (!s.ok()) return Annotate(s.status(), context);
+  return s;
+}
+
+struct Budget {
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+  int64_t bad_lines = -1;  // in the counting pass; -1: none was made
+};
+
+void LogBadLines(const char* what, int64_t bad,
+                 const std::vector<std::string>& samples) {
+  if (bad == 0) return;
+  std::fprintf(stderr, "worker: %lld bad lines in the %s; first: %s\n",
+               static_cast<long long>(bad), what,
+               absl::StrJoin(samples, "; ").c_str());
+}
+
+// data.max_steps, or epochs x the smallest shard's full batches, counted.
+absl::StatusOr<Budget> BudgetFor(const DataSpec& d, int num_shards) {
+  Budget b;
+  if (d.max_steps() > 0) {
+    b.steps_per_epoch = d.max_steps();
+    b.total_steps = d.max_steps();
+    return b;
+  }
+  data::ReaderStats stats;
+  PS_ASSIGN_OR_RETURN(const std::vector<int64_t> counts,
+                      Annotated(data::CountShardExamples(d, num_shards, &stats),
+                                "counting the training examples"));
+  const int64_t smallest = *std::min_element(counts.begin(), counts.end());
+  std::fprintf(stderr,
+               "worker: %lld training examples in %lld lines over %d data "
+               "shards (the smallest holds %lld)\n",
+               static_cast<long long>(stats.examples),
+               static_cast<long long>(stats.lines), num_shards,
+               static_cast<long long>(smallest));
+  LogBadLines("training files", stats.bad_lines, stats.bad_line_samples);
+  b.bad_lines = stats.bad_lines;
+  b.steps_per_epoch = smallest / d.batch_size();
+  b.total_steps = d.epochs() * b.steps_per_epoch;
+  if (b.steps_per_epoch < 1 || b.total_steps < 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no full batch of ", d.batch_size(),
+                     " per data shard: the smallest of ", num_shards,
+                     " data shards holds ", smallest, " examples"));
+  }
+  return b;
+}
+
+ModelEvaluation Merge(ModelEvaluation all, const ModelEvaluation& e) {
+  all.loss += e.loss * e.examples;  // a sum until the end
+  all.correct += e.correct;
+  all.examples += e.examples;
+  all.head = e.head;
+  all.auc.Merge(e.auc);
+  all.log_loss.Merge(e.log_loss);
+  all.rmse.Merge(e.rmse);
+  return all;
+}
+
+// Pulls the dense weights of step `clock` into `model`.
+absl::Status PullDense(TrainableModel& model, ParameterAccess& params,
+                       int64_t clock) {
+  std::vector<std::vector<float>> dense;
+  std::vector<absl::Span<float>> views;
+  dense.reserve(model.parameters().size());
+  for (const ParameterInfo& p : model.parameters()) {
+    dense.emplace_back(static_cast<size_t>(p.size));
+    views.push_back(absl::MakeSpan(dense.back()));
+  }
+  PS_RETURN_IF_ERROR(params.Pull(clock, views).status());
+  for (int i = 0; i < model.num_parameters(); ++i) {
+    PS_RETURN_IF_ERROR(model.SetParameterRange(i, 0, dense[i]));
+  }
+  return absl::OkStatus();
+}
+
+// The step's address among this worker's data shards.
+struct Address {
+  int shard = 0;
+  int64_t epoch = 0;
+  int64_t index = 0;
+};
+
+Address AddressOf(int64_t step, int64_t steps_per_epoch,
+                  const std::vector<int>& shards) {
+  const int64_t b = step % steps_per_epoch;
+  const int64_t n = static_cast<int64_t>(shards.size());
+  return {shards[b % n], step / steps_per_epoch, b / n};
+}
+
+}  // namespace
+
+absl::StatusOr<TestScore> ScoreOnTestFiles(TrainableModel& model,
+                                           ParameterAccess& params,
+                                           const DataSpec& d, int64_t clock,
+                                           int64_t max_examples) {
+  PS_RETURN_IF_ERROR(PullDense(model, params, clock));
+  const std::vector<std::string> files(d.test_files().begin(),
+                                       d.test_files().end());
+  DataSpec in_order = d;
+  in_order.set_shuffle_buffer(0);
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<data::BatchReader> reader,
+      Annotated(data::OpenSpecReader(in_order, files, 0, {}), "test files"));
+  ModelEvaluation all;
+  while (max_examples <= 0 || all.examples < max_examples) {
+    const int want = static_cast<int>(
+        max_examples <= 0
+            ? kEvalBatch
+            : std::min<int64_t>(kEvalBatch, max_examples - all.examples));
+    PS_ASSIGN_OR_RETURN(data::Batch batch,
+                        Annotated(reader->Next(want), "test files"));
+    if (batch.size == 0) break;
+    PS_ASSIGN_OR_RETURN(const std::vector<std::vector<uint64_t>> keys,
+                        model.PrepareSparse(batch));
+    for (size_t t = 0; t < keys.size(); ++t) {
+      std::vector<float> rows(
+          keys[t].size() * static_cast<size_t>(model.sparse_tables()[t].dim));
+      const int table = static_cast<int>(t);
+      PS_RETURN_IF_ERROR(
+          params.PullSparse(clock, table, keys[t], absl::MakeSpan(rows)));
+      PS_RETURN_IF_ERROR(model.SetSparseRows(table, rows));
+    }
+    PS_ASSIGN_OR_RETURN(const ModelEvaluation e,
+                        model.EvaluateDataBatch(batch));
+    all = Merge(std::move(all), e);
+  }
+  if (all.examples == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no test example in ", absl::StrJoin(files, ", ")));
+  }
+  TestScore score;
+  score.accuracy = static_cast<double>(all.correct) / all.examples;
+  score.loss = all.loss / all.examples;
+  score.head = all.head;
+  score.auc = all.auc.Value();
+  score.log_loss = all.log_loss.Value();
+  score.rmse = all.rmse.Value();
+  return score;
+}
+
+absl::StatusOr<TrainResult> TrainOnStreamedData(
+    const WorkerAssignment& a, kernels::Backend* backend,
+    ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
+    const TrainerOptions& options,
+    std::function<std::vector<int>()> current_data_shards) {
+  const JobSpec& spec = a.spec();
+  const DataSpec& d = spec.data();
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<data::LineParser> parser,
+                      data::ParserForSpec(d));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<TrainableModel> model,
+                      model::CreateLayerModel(
+                          spec.model(), parser->schema().dense_dim, backend));
+  const int num_shards = std::max(1, a.num_data_shards());
+  PS_ASSIGN_OR_RETURN(const Budget budget, BudgetFor(d, num_shards));
+  const std::vector<std::string> files(d.train_files().begin(),
+                                       d.train_files().end());
+  data::ShardBatches batches(
+      [&d, &files](const data::ShardSpec& s) {
+        return data::OpenSpecReader(d, files, d.shuffle_seed(), s);
+      },
+      num_shards, d.batch_size());
+  std::vector<int> shards(a.data_shards().begin(), a.data_shards().end());
+  if (shards.empty()) shards = {a.rank()};
+
+  const Clock* const clock = Clock::Real();
+  const MetricStamp stamp(clock, budget.steps_per_epoch);
+  MetricWindow window(&stamp, clock,
+                      {.report_every_steps = options.report_every_steps,
+                       .batch_size = d.batch_size()});
+  const int64_t eval_every =
+      d.eval_every_steps() > 0 ? d.eval_every_steps() : budget.steps_per_epoch;
+  int64_t next_eval = (a.start_step() / eval_every + 1) * eval_every;
+  const auto is_evaluator = [&] {
+    return options.is_evaluator ? options.is_evaluator() : a.evaluator();
+  };
+  TrainResult result;
+  const auto evaluate = [&](int64_t step) -> absl::Status {
+    if (d.test_files().empty() || !is_evaluator()) return absl::OkStatus();
+    PS_ASSIGN_OR_RETURN(
+        const TestScore score,
+        ScoreOnTestFiles(*model, *params, d, step, d.eval_examples()));
+    ReportTestScore(score, stamp, sink, step);
+    result.test_accuracy = score.accuracy;
+    return absl::OkStatus();
+  };
+  size_t samples_logged = 0;
+
+  int64_t step = a.start_step();
+  while (step < budget.total_steps) {
+    if (stop != nullptr && stop->load()) {
+      return absl::CancelledError(absl::StrCat("stopped at step ", step));
+    }
+    if (current_data_shards) {
+      std::vector<int> now = current_data_shards();
+      if (!now.empty()) shards = std::move(now);
+    }
+    const absl::Time t0 = clock->Now();
+    const Address at = AddressOf(step, budget.steps_per_epoch, shards);
+    PS_ASSIGN_OR_RETURN(const data::Batch batch,
+                        Annotated(batches.BatchAt(at.shard, at.epoch, at.index),
+                                  "training data"));
+    for (; samples_logged < batches.bad_line_samples().size();
+         ++samples_logged) {
+      std::fprintf(stderr, "worker: bad line %s\n",
+                   batches.bad_line_samples()[samples_logged].c_str());
+    }
+    if (step >= next_eval) {
+      PS_RETURN_IF_ERROR(evaluate(step));
+      next_eval = (step / eval_every + 1) * eval_every;
+    }
+    const absl::Time t1 = clock->Now();
+    PS_ASSIGN_OR_RETURN(const SparseStepResult r,
+                        RunSparseStep(*model, *params, step, batch));
+    const absl::Time t2 = clock->Now();
+    window.AddStep(r.loss, {.wait = t1 - t0,
+                            .pull = absl::ZeroDuration(),
+                            .compute = t2 - t1,
+                            .push = absl::ZeroDuration()});
+    window.AddStaleness(static_cast<double>(r.staleness), 1);
+    result.last_loss = r.loss;
+    ++result.steps;
+    ++step;
+    if (window.Due(step, budget.total_steps)) {
+      window.Report(step, sink);
+      const int64_t bad =
+          budget.bad_lines >= 0 ? budget.bad_lines : batches.bad_lines();
+      sink({stamp.Point("bad_lines", static_cast<double>(bad), step)}, false);
+    }
+    if (options.on_step) options.on_step(step);
+  }
+  result.final_clock = step;
+  PS_RETURN_IF_ERROR(evaluate(step));  // the final weights
+  sink({}, true);
+  return result;
+}
+
+}  // namespace ps::worker

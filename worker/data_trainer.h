@@ -1,0 +1,53 @@
+// The training loop for data streamed from text files (DataSpec.format
+// CRITEO, LIBSVM or MOVIELENS; worker/data/): each step reads the batch of
+// its address (data shard, epoch, batch index: worker/data/shard_batches.h)
+// and runs one sparse step (worker/sparse_step.h: the dense weights and the
+// batch's unique rows pulled, forward and backward, the gradients pushed,
+// the step ended) under the job's consistency model; the evaluator scores
+// the model on the test files with the metrics its head implies.
+//
+// Steps: epochs x floor(the smallest data shard's examples / batch_size),
+// the examples counted in one streaming pass over the training files at
+// the job's start; or data.max_steps, without that pass. Step s of a
+// worker holding data shards S (usually {rank}) in a job of E steps per
+// epoch reads batch (s % E) / |S| of shard S[(s % E) % |S|] in epoch s / E.
+#ifndef PS_WORKER_DATA_TRAINER_H_
+#define PS_WORKER_DATA_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "proto/config.pb.h"
+#include "proto/coordinator_service.pb.h"
+#include "worker/evaluator.h"
+#include "worker/parameter_access.h"
+#include "worker/trainable_model.h"
+#include "worker/trainer.h"
+
+namespace ps::worker {
+
+// Train() for a text format. Errors as Train's, and INVALID_ARGUMENT from
+// the readers once bad lines pass the spec's limit (naming the first bad
+// lines by file:line), reported by the daemon as the worker's failure.
+absl::StatusOr<TrainResult> TrainOnStreamedData(
+    const WorkerAssignment& assignment, kernels::Backend* backend,
+    ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
+    const TrainerOptions& options,
+    std::function<std::vector<int>()> current_data_shards);
+
+// `model` on the first `max_examples` (0: all) examples of d.test_files in
+// file order, in batches of 1000, on the weights of step `clock`: the dense
+// ones and each batch's rows pulled from `params`. The readers', the
+// model's and the pulls' errors; FAILED_PRECONDITION for no test example.
+absl::StatusOr<TestScore> ScoreOnTestFiles(TrainableModel& model,
+                                           ParameterAccess& params,
+                                           const DataSpec& d, int64_t clock,
+                                           int64_t max_examples);
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_DATA_TRAINER_H_
