@@ -69,6 +69,20 @@ TEST(ConfigData, MfOnMovieLensValidates) {
   EXPECT_TRUE(Check(kMfJob).ok()) << Check(kMfJob);
 }
 
+TEST(ConfigData, ShippedSparseConfigsValidate) {
+  for (const char* model : {"ctr_dlrm", "ctr_fm", "mf_movielens"}) {
+    for (const char* mode : {"bsp", "asp", "ssp"}) {
+      const std::string name =
+          absl::StrCat("configs/", model, "_", mode, ".pbtxt");
+      // Their data is generated (each file's comment says how): not here.
+      absl::StatusOr<JobSpec> spec = LoadJobSpec(name, NoFiles());
+      ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+      EXPECT_NE(spec->data().format(), DataSpec::IDX) << name;
+      EXPECT_FALSE(spec->data().test_files().empty()) << name;
+    }
+  }
+}
+
 TEST(ConfigData, EachRuleNamesItsField) {
   struct Case {
     const char* edit;  // merged over kMfJob
