@@ -181,6 +181,22 @@ TEST(PsAccessSparse, PullRowsWaitsAsTheConsistencyModelSays) {
   }
 }
 
+// ParameterAccess's one-table calls (worker/sparse_step.h) are PullRows and
+// PushRows: the same rows, the same waits, the push completed by Finish.
+TEST(PsAccessSparse, PullSparseAndPushSparseAreOneTablesRows) {
+  Rig rig(ConsistencySpec::BSP);
+  std::vector<float> rows(kKeys.size() * kDim);
+  ASSERT_TRUE(rig.access->PullSparse(4, 0, kKeys, absl::MakeSpan(rows)).ok());
+  ExpectRows(kKeys, rows);
+  for (int64_t m : rig.shards.min_versions) EXPECT_EQ(m, 4);
+  std::vector<float> grads(kKeys.size() * kDim, 1.0f);
+  ASSERT_TRUE(rig.access->PushSparse(4, 3, 0, kKeys, grads).ok());
+  absl::StatusOr<int64_t> staleness = rig.access->Finish(4);
+  rig.Stop();
+  ASSERT_TRUE(staleness.ok()) << staleness.status();
+  EXPECT_FALSE(rig.shards.row_push_seqs.empty());
+}
+
 // The rows a push asks back are in place once FinishAndPull returns, and
 // the pushes of rows come before the end of step on each shard.
 TEST(PsAccessSparse, RowsAskedBackArriveWithTheStepEnd) {

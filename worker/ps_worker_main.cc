@@ -44,7 +44,7 @@ ABSL_FLAG(std::string, device, "",
           "works, else the CPU (the choice is logged).");
 ABSL_FLAG(std::string, data_root, "",
           "Directory with the dataset's IDX .gz files on this host; overrides "
-          "the job's data.path (default: use data.path).");
+          "the job's data.path (default: use data.path). IDX data only.");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the cluster token (default: $PS_TOKEN; empty = no "
           "token). Never pass the token itself on the command line.");
@@ -499,6 +499,10 @@ int main(int argc, char** argv) {
       "[--token_file=FILE]\n"
       "Registers with the coordinator and trains the jobs it is assigned on "
       "one device. Stops cleanly on SIGTERM/SIGINT (within one step).\n"
+      "Jobs on text data (data.format CRITEO, LIBSVM or MOVIELENS) stream "
+      "data.train_files from this host's disk; without data.max_steps the "
+      "worker first counts the training examples in one streaming pass over "
+      "them to size an epoch (docs/data.md).\n"
       "Environment: PS_TOKEN (the cluster token without --token_file); "
       "PS_MALLOC_TUNING=0 keeps glibc's allocator defaults instead of "
       "keeping freed message buffers (up to 256 MB) in the process; "
