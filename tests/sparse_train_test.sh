@@ -119,6 +119,8 @@ for job_file in fm mf; do
       { echo "FAIL: no test_logloss"; exit 1; }
     [[ $(last_metric "$job" bad_lines) == 0 ]] ||
       { echo "FAIL: bad_lines not reported as 0"; exit 1; }
+    psctl status "$job" | grep -q "metric  *test AUC 0\." ||
+      { psctl status "$job"; echo "FAIL: status shows no test AUC"; exit 1; }
   else
     rmse=$(last_metric "$job" test_rmse)
     echo "MF BSP: test RMSE $rmse, the noise floor $floor"

@@ -21,6 +21,8 @@ bool IsTerminal(JobState s) {
 
 int64_t EstimateTotalSteps(const JobSpec& spec, int num_workers) {
   if (spec.data().max_steps() > 0) return spec.data().max_steps();
+  // Text data: only the workers' counting pass knows its size.
+  if (spec.data().format() != DataSpec::IDX) return 0;
   const int64_t per_step = static_cast<int64_t>(std::max(1, num_workers)) *
                            std::max(1, spec.data().batch_size());
   return spec.data().epochs() * ((kTrainExamples + per_step - 1) / per_step);

@@ -22,11 +22,13 @@ bool IsTerminal(JobState s);
 
 // The job's total steps for progress bars: max_steps, else epochs over
 // Fashion-MNIST's 60,000 training examples at `num_workers` x batch size
-// per step (workers decide for themselves when they are done).
+// per step (workers decide for themselves when they are done). 0 (not
+// known) for text data without max_steps: its workers count the examples.
 int64_t EstimateTotalSteps(const JobSpec& spec, int num_workers);
 
 // The largest step a worker of the job can reach: max_steps, else every
-// epoch done by one worker alone (what is left after evictions).
+// epoch done by one worker alone (what is left after evictions); no bound
+// when the total is not known.
 int64_t MaxStep(const JobSpec& spec);
 // The largest step a worker of this job can reach now: MaxStep, or further
 // when a data plan runs past it (total_steps follows the longest plan).

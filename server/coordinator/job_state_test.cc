@@ -47,6 +47,18 @@ TEST(JobState, TotalStepsFromMaxStepsElseEpochs) {
   }
 }
 
+TEST(JobState, TextDataWithoutMaxStepsHasNoKnownTotal) {
+  JobSpec spec;
+  spec.mutable_data()->set_format(DataSpec::CRITEO);
+  spec.mutable_data()->set_batch_size(100);
+  spec.mutable_data()->set_epochs(3);
+  EXPECT_EQ(EstimateTotalSteps(spec, 2), 0);
+  EXPECT_EQ(MaxStep(spec), std::numeric_limits<int64_t>::max());
+  spec.mutable_data()->set_max_steps(40);
+  EXPECT_EQ(EstimateTotalSteps(spec, 2), 40);
+  EXPECT_EQ(MaxStep(spec), 40);
+}
+
 TEST(JobState, MaxStepIsOneWorkerDoingEveryEpoch) {
   JobSpec spec;
   spec.mutable_data()->set_epochs(2);
