@@ -72,13 +72,14 @@ void CheckLayerModel(const JobSpec& spec, Violations& v) {
   const HeadSpec::Loss fits = LossForLabels(spec.data());
   const HeadSpec::Loss loss = model.head().loss();
   if (loss != HeadSpec::LOSS_UNSPECIFIED && loss != fits) {
-    v.Add({{"model"}, {"head"}, {"loss"}},
-          absl::StrCat(HeadSpec::Loss_Name(loss),
-                       " does not fit the data's labels: the job reads ",
-                       spec.data().format() == DataSpec::IDX
-                           ? "IDX images (data.path)"
-                           : DataSpec::Format_Name(spec.data().format()),
-                       ", whose labels are ", FieldsOf(spec.data()).label_words));
+    v.Add(
+        {{"model"}, {"head"}, {"loss"}},
+        absl::StrCat(HeadSpec::Loss_Name(loss),
+                     " does not fit the data's labels: the job reads ",
+                     spec.data().format() == DataSpec::IDX
+                         ? "IDX images (data.path)"
+                         : DataSpec::Format_Name(spec.data().format()),
+                     ", whose labels are ", FieldsOf(spec.data()).label_words));
   }
   if (!graph.ok() || model.tensors().empty()) return;
   if (auto expanded = ExpandModel(model); !expanded.ok()) {
