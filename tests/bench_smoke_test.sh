@@ -5,7 +5,8 @@
 # there. ps_bench runs its ps cases without the ceilings, says how the
 # allocator was set up, refuses --pairs without the ceilings, and measures
 # a ps_server process (--servers), with workers as threads and as processes
-# (--worker_processes), failing clearly on a wrong token.
+# (--worker_processes), failing clearly on a wrong token; its sparse mode
+# does too, each case beside the dense path on the same bytes.
 set -euo pipefail
 R="${TEST_SRCDIR}/ps"
 BENCH="$R/tools/train_bench"
@@ -115,6 +116,17 @@ if grep -q "error" "$T/psb6.out"; then
 fi
 [ "$(grep -Ec "job psbench-[0-9]+-[0-9]+: shard 0 of 1" "$T/psb_server.log")" = 6 ] ||
   { cat "$T/psb_server.log"; fail "the server did not hold the 2 process cases' jobs"; }
+# Sparse mode against the server, workers as threads and as processes:
+# rows/s and GB/s per case, next to the dense path's GB/s for the same
+# bytes per step and their ratio.
+for procs in false true; do
+  PS_TOKEN=tok3n "$PS_BENCH" --mode=sparse --servers="$ADDR" --sparse_dims=8 \
+    --sparse_batch=256 --sparse_key_space=100000 --workers=1,2 \
+    --worker_processes=$procs --seconds_per_case=0.1 >"$T/sparse_$procs.out" 2>&1 ||
+    { cat "$T/sparse_$procs.out"; fail "ps_bench --mode=sparse (processes: $procs) failed"; }
+  [ "$(grep -Ec '^\| 8 \| 1 \| [12] \| [0-9]+\.[0-9]+M \|.*\| [0-9]+\.[0-9]+ \| [0-9]+\.[0-9]+x \|$' "$T/sparse_$procs.out")" = 2 ] ||
+    { cat "$T/sparse_$procs.out"; fail "not 2 sparse cases with the dense comparison (processes: $procs)"; }
+done
 PS_TOKEN=wrong "$PS_BENCH" --servers="$ADDR" --sizes=4K --workers=1 \
   --seconds_per_case=0.1 >"$T/psb4.out" 2>&1 && rc=0 || rc=$?
 [ "$rc" = 1 ] || { cat "$T/psb4.out"; fail "wrong token: exit $rc, not 1"; }

@@ -29,11 +29,13 @@
 // which would measure this host. --ceilings=false skips the ceilings only.
 //
 // --mode=sparse measures rows of one sparse table instead (in-process
-// shards or --servers; workers as threads): per dim of --sparse_dims x
-// shards x workers, steps that push a gradient for each row of a batch of
+// shards or --servers; workers as threads or --worker_processes): per dim of
+// --sparse_dims x shards x workers, steps that push a gradient for each row of
+// a batch of
 // --sparse_batch unique Zipf(1.05) keys from --sparse_key_space and pull
 // the next batch's rows, reported as rows/s and GB/s
-// (tools/ps_bench_sparse.h).
+// (tools/ps_bench_sparse.h), each case next to the dense path's GB/s for
+// the same bytes per step.
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -86,7 +88,8 @@ ABSL_FLAG(bool, worker_processes, false,
 ABSL_FLAG(std::string, worker_child, "",
           "Internal (set by --worker_processes): JOB_ID,WORKER_ID,BYTES of "
           "the one worker this process runs against --servers, speaking "
-          "to its parent on stdin/stdout.");
+          "to its parent on stdin/stdout (--mode=sparse: BYTES is 0 and "
+          "the worker's dim the first of --sparse_dims).");
 ABSL_FLAG(double, seconds_per_case, 1.5,
           "Measuring time per case (after one warm-up step).");
 ABSL_FLAG(int, min_steps, 3, "At least this many measured steps per worker.");
@@ -432,27 +435,22 @@ CaseResult RunCase(int64_t bytes, int num_shards, int num_workers,
   return result;
 }
 
-// --mode=sparse: one case, its workers as threads of this process.
-bench::SparseCase RunSparseCase(int dim, int num_shards, int num_workers,
-                                RemoteServers* remote) {
-  const DType dtype = absl::GetFlag(FLAGS_sparse_dtype) == "fp16"   ? FLOAT16
-                      : absl::GetFlag(FLAGS_sparse_dtype) == "bf16" ? BFLOAT16
-                                                                    : FLOAT32;
-  BenchJob job(bench::SparseBenchSpec(dim, dtype, num_workers), num_shards,
-               num_workers, remote);
-  const int shards = static_cast<int>(job.addresses().size());
-  if (!job.error().empty()) {
-    bench::SparseCase c = bench::SummarizeSparse(dim, shards, {});
-    c.workers = num_workers;
-    c.error = job.error();
-    return c;
+std::vector<int> ParseInts(const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (absl::SimpleAtoi(part, &v)) out.push_back(v);
   }
+  return out;
+}
+
+// --mode=sparse: the options of a worker of dim `dim` from the flags.
+bench::SparseBenchOptions SparseOptions(int dim) {
   bench::SparseBenchOptions o;
-  o.addresses = job.addresses();
-  o.token = remote != nullptr ? remote->token : "";
-  o.job_id = job.job_id();
   o.dim = dim;
-  o.dtype = dtype;
+  o.dtype = absl::GetFlag(FLAGS_sparse_dtype) == "fp16"   ? FLOAT16
+            : absl::GetFlag(FLAGS_sparse_dtype) == "bf16" ? BFLOAT16
+                                                          : FLOAT32;
   o.batch = absl::GetFlag(FLAGS_sparse_batch);
   o.key_space = absl::GetFlag(FLAGS_sparse_key_space);
   o.fused = absl::GetFlag(FLAGS_fused);
@@ -460,17 +458,45 @@ bench::SparseCase RunSparseCase(int dim, int num_shards, int num_workers,
   o.min_steps = absl::GetFlag(FLAGS_min_steps);
   o.connections = absl::GetFlag(FLAGS_connections);
   o.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
-  std::vector<bench::SparseFigures> figures(num_workers);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < num_workers; ++w) {
-    threads.emplace_back([&, w] {
-      bench::SparseBenchOptions mine = o;
-      mine.worker_id = w + 1;
-      figures[w] = bench::RunSparseWorker(mine);
-    });
+  return o;
+}
+
+// --mode=sparse: one case (workers as threads, or processes with
+// --worker_processes), then the dense path on the same bytes per step.
+bench::SparseCase RunSparseCase(int dim, int num_shards, int num_workers,
+                                RemoteServers* remote) {
+  bench::SparseBenchOptions o = SparseOptions(dim);
+  bench::SparseCase c;
+  {
+    BenchJob job(bench::SparseBenchSpec(dim, o.dtype, num_workers), num_shards,
+                 num_workers, remote);
+    const int shards = static_cast<int>(job.addresses().size());
+    if (!job.error().empty()) {
+      c = bench::SummarizeSparse(dim, shards, {});
+      c.workers = num_workers;
+      c.error = job.error();
+      return c;
+    }
+    o.addresses = job.addresses();
+    o.token = remote != nullptr ? remote->token : "";
+    o.job_id = job.job_id();
+    std::vector<bench::SparseFigures> figures;
+    if (absl::GetFlag(FLAGS_worker_processes)) {
+      auto f = bench::RunSparseProcesses(o, num_workers);
+      if (f.ok()) figures = *std::move(f);
+      if (!f.ok()) figures.assign(1, {.error = f.status().ToString()});
+    } else {
+      figures = bench::RunSparseThreads(o, num_workers);
+    }
+    c = bench::SummarizeSparse(dim, shards, figures);
   }
-  for (auto& t : threads) t.join();
-  return bench::SummarizeSparse(dim, shards, figures);
+  if (c.error.empty()) {
+    const CaseResult dense =
+        RunCase(bench::SparseStepBytes(o.batch, dim, o.dtype) / 2, num_shards,
+                num_workers, remote);
+    if (dense.error.empty()) c.dense_gbps = dense.gbps;
+  }
+  return c;
 }
 
 // --worker_child: one worker, driven by the parent over stdin/stdout.
@@ -490,6 +516,15 @@ int ChildMain(const std::string& spec) {
   absl::StatusOr<std::string> token = ReadClusterToken(
       absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
   if (!token.ok()) return fail(std::string(token.status().message()));
+  if (absl::GetFlag(FLAGS_mode) == "sparse") {
+    const std::vector<int> dims = ParseInts(absl::GetFlag(FLAGS_sparse_dims));
+    bench::SparseBenchOptions o = SparseOptions(dims.empty() ? 0 : dims[0]);
+    o.addresses = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',');
+    o.token = *token;
+    o.job_id = parts[0];
+    o.worker_id = worker_id;
+    return bench::SparseChildMain(o);
+  }
   BenchWorkerOptions options =
       WorkerOptions(absl::StrSplit(absl::GetFlag(FLAGS_servers), ','), *token,
                     parts[0], bytes);
@@ -520,15 +555,6 @@ std::vector<int64_t> ParseSizes(const std::string& text) {
     if (mult != 1) part.remove_suffix(1);
     int64_t v = 0;
     if (absl::SimpleAtoi(part, &v)) out.push_back(v * mult);
-  }
-  return out;
-}
-
-std::vector<int> ParseInts(const std::string& text) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int v = 0;
-    if (absl::SimpleAtoi(part, &v)) out.push_back(v);
   }
   return out;
 }

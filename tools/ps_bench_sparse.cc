@@ -1,16 +1,27 @@
 #include "tools/ps_bench_sparse.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/key_placement.h"
 #include "common/payload_codec.h"
 #include "common/placement.h"
+#include "tools/worker_processes.h"
 #include "worker/client/parameter_client.h"
 #include "worker/client/unique_keys.h"
 
@@ -46,16 +57,20 @@ class SparseWorker {
          absl::MakeConstSpan(grads_.data(), now_.keys.size() * o_.dim)}};
     std::vector<client::SparsePull> pull = {
         {0, next_.keys, absl::MakeSpan(next_rows_)}};
+    // Base version: the last PullAll's (none: 0). ASP versions count ends
+    // of steps, which these workers do not send, so the clock would be
+    // ahead of the shard's version.
+    constexpr int64_t kBase = client::ParameterClient::kPulledVersion;
     if (o_.fused) {
       client::ParameterClient::StepTickets t = client_->PushRowsAndPull(
-          std::move(push), clock, clock, clock + 1, 0, std::move(pull));
+          std::move(push), clock, kBase, clock + 1, 0, std::move(pull));
       absl::Status s = t.end.Wait(kStepTimeout);
       absl::Status p = t.pull.Wait(kStepTimeout);
       if (!s.ok()) return s;
       if (!p.ok()) return p;
     } else {
       absl::Status s =
-          client_->PushRows(std::move(push), clock, clock).Wait(kStepTimeout);
+          client_->PushRows(std::move(push), clock, kBase).Wait(kStepTimeout);
       if (!s.ok()) return s;
       s = client_->PullRows(clock + 1, 0, std::move(pull)).Wait(kStepTimeout);
       if (!s.ok()) return s;
@@ -130,8 +145,16 @@ int64_t SparseStepBytes(int batch, int dim, DType dtype) {
   return 2 * static_cast<int64_t>(batch) * (8 + row);
 }
 
-SparseFigures RunSparseWorker(const SparseBenchOptions& o) {
-  SparseFigures f;
+namespace {
+
+// A set-up and warmed-up worker, or the error that stopped it.
+struct StartedWorker {
+  std::unique_ptr<SparseWorker> worker;
+  std::string error;
+};
+
+StartedWorker StartWorker(const SparseBenchOptions& o) {
+  StartedWorker out;
   const JobSpec spec = SparseBenchSpec(o.dim, o.dtype, 1);
   absl::StatusOr<Placement> placement = ComputePlacement(
       {}, static_cast<int>(o.addresses.size()), kDefaultChunkBytes);
@@ -139,8 +162,9 @@ SparseFigures RunSparseWorker(const SparseBenchOptions& o) {
       ZipfKeyBatches::Create(o.key_space, o.zipf_s, o.batch,
                              0x5eed0000 + static_cast<uint64_t>(o.worker_id));
   if (!placement.ok() || !keys.ok()) {
-    f.error = (placement.ok() ? keys.status() : placement.status()).ToString();
-    return f;
+    out.error =
+        (placement.ok() ? keys.status() : placement.status()).ToString();
+    return out;
   }
   client::ParameterClientOptions co;
   co.server_addresses = o.addresses;
@@ -152,15 +176,22 @@ SparseFigures RunSparseWorker(const SparseBenchOptions& o) {
   auto c =
       client::ParameterClient::Create(co, o.job_id, o.worker_id, *placement);
   if (!c.ok()) {
-    f.error = c.status().ToString();
-    return f;
+    out.error = c.status().ToString();
+    return out;
   }
-  SparseWorker worker(o, *std::move(keys), *std::move(c));
-  int64_t clock = 0;
-  if (absl::Status s = worker.Step(clock++); !s.ok()) {
-    f.error = absl::StrCat("warm-up step: ", s.ToString());
-    return f;
+  out.worker =
+      std::make_unique<SparseWorker>(o, *std::move(keys), *std::move(c));
+  if (absl::Status s = out.worker->Step(0); !s.ok()) {
+    out.error = absl::StrCat("warm-up step: ", s.ToString());
+    out.worker.reset();
   }
+  return out;
+}
+
+// Steps `worker` (warmed up at clock 0) for o.seconds.
+SparseFigures Measure(const SparseBenchOptions& o, SparseWorker& worker) {
+  SparseFigures f;
+  int64_t clock = 1;
   std::vector<double> step_ms;
   const absl::Time start = absl::Now();
   const absl::Time end = start + absl::Seconds(o.seconds);
@@ -177,6 +208,132 @@ SparseFigures RunSparseWorker(const SparseBenchOptions& o) {
   f.median_step_ms = Median(step_ms);
   f.rows = 2 * f.steps * o.batch;
   f.bytes = f.steps * SparseStepBytes(o.batch, o.dim, o.dtype);
+  return f;
+}
+
+}  // namespace
+
+SparseFigures RunSparseWorker(const SparseBenchOptions& o) {
+  StartedWorker w = StartWorker(o);
+  if (w.worker == nullptr) {
+    SparseFigures f;
+    f.error = w.error;
+    return f;
+  }
+  return Measure(o, *w.worker);
+}
+
+std::vector<SparseFigures> RunSparseThreads(const SparseBenchOptions& o,
+                                            int num_workers) {
+  std::vector<SparseFigures> figures(num_workers);
+  std::atomic<int> ready{0};
+  absl::Notification go;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < num_workers; ++w) {
+    threads.emplace_back([&, w] {
+      SparseBenchOptions mine = o;
+      mine.worker_id = w + 1;
+      StartedWorker started = StartWorker(mine);
+      ready.fetch_add(1);
+      go.WaitForNotification();
+      if (started.worker == nullptr) {
+        figures[w].error = started.error;
+        return;
+      }
+      figures[w] = Measure(mine, *started.worker);
+    });
+  }
+  // Bounded by the workers' own call timeouts.
+  while (ready.load() < num_workers) absl::SleepFor(absl::Milliseconds(1));
+  go.Notify();
+  for (auto& t : threads) t.join();
+  return figures;
+}
+
+absl::StatusOr<std::vector<SparseFigures>> RunSparseProcesses(
+    const SparseBenchOptions& o, int num_workers) {
+  const std::string dtype = o.dtype == FLOAT16    ? "fp16"
+                            : o.dtype == BFLOAT16 ? "bf16"
+                                                  : "fp32";
+  std::vector<std::vector<std::string>> argvs;
+  for (int w = 1; w <= num_workers; ++w) {
+    argvs.push_back(
+        {"/proc/self/exe", "--mode=sparse",
+         absl::StrCat("--worker_child=", o.job_id, ",", w, ",0"),
+         absl::StrCat("--servers=", absl::StrJoin(o.addresses, ",")),
+         absl::StrCat("--sparse_dims=", o.dim), "--sparse_dtype=" + dtype,
+         absl::StrCat("--sparse_batch=", o.batch),
+         absl::StrCat("--sparse_key_space=", o.key_space),
+         absl::StrCat("--fused=", o.fused ? "true" : "false"),
+         absl::StrCat("--seconds_per_case=", o.seconds),
+         absl::StrCat("--min_steps=", o.min_steps),
+         absl::StrCat("--connections=", o.connections),
+         absl::StrCat("--max_request_bytes=", o.max_request_bytes)});
+  }
+  absl::StatusOr<std::unique_ptr<WorkerProcesses>> children =
+      WorkerProcesses::Start(argvs, {"PS_TOKEN=" + o.token});
+  if (!children.ok()) return children.status();
+  if (absl::Status s = (*children)->WaitReady(absl::Now() + absl::Minutes(2));
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = (*children)->Go(); !s.ok()) return s;
+  absl::StatusOr<std::vector<std::string>> lines = (*children)->Results(
+      absl::Now() + absl::Seconds(o.seconds) + absl::Minutes(3));
+  if (!lines.ok()) return lines.status();
+  std::vector<SparseFigures> figures;
+  for (const std::string& line : *lines) {
+    absl::StatusOr<SparseFigures> f = ParseSparseFigures(line);
+    if (!f.ok()) return f.status();
+    figures.push_back(*std::move(f));
+  }
+  return figures;
+}
+
+int SparseChildMain(const SparseBenchOptions& o) {
+  auto fail = [](const std::string& what) {
+    std::printf("error: %s\n", what.c_str());
+    std::fflush(stdout);
+    return 1;
+  };
+  StartedWorker started = StartWorker(o);
+  if (started.worker == nullptr) return fail(started.error);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  if (absl::Status s = AwaitGo(STDIN_FILENO, absl::Now() + absl::Minutes(10));
+      !s.ok()) {
+    return fail(s.ToString());
+  }
+  const SparseFigures f = Measure(o, *started.worker);
+  std::printf("%s\n", FormatSparseFigures(f).c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+std::string FormatSparseFigures(const SparseFigures& f) {
+  if (!f.error.empty()) return absl::StrCat("sparse error ", f.error);
+  return absl::StrFormat(
+      "sparse steps %d rows %d bytes %d seconds %.6f "
+      "median_step_ms %.6f",
+      f.steps, f.rows, f.bytes, f.seconds, f.median_step_ms);
+}
+
+absl::StatusOr<SparseFigures> ParseSparseFigures(absl::string_view line) {
+  SparseFigures f;
+  if (absl::ConsumePrefix(&line, "sparse error ")) {
+    f.error = std::string(line);
+    return f;
+  }
+  std::vector<absl::string_view> w = absl::StrSplit(line, ' ');
+  if (w.size() != 11 || w[0] != "sparse" || w[1] != "steps" || w[3] != "rows" ||
+      w[5] != "bytes" || w[7] != "seconds" || w[9] != "median_step_ms" ||
+      !absl::SimpleAtoi(w[2], &f.steps) || !absl::SimpleAtoi(w[4], &f.rows) ||
+      !absl::SimpleAtoi(w[6], &f.bytes) ||
+      !absl::SimpleAtod(w[8], &f.seconds) ||
+      !absl::SimpleAtod(w[10], &f.median_step_ms)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a sparse worker's figures: \"", line, "\""));
+  }
   return f;
 }
 
@@ -211,18 +368,23 @@ SparseCase SummarizeSparse(int dim, int shards,
 
 std::string SparseReportHeader() {
   return "| dim | shards | workers | rows/s (push+pull) | rows/s per worker "
-         "(slowest) | GB/s (keys + rows, both ways) | step ms (median) |\n"
-         "|---|---|---|---|---|---|---|";
+         "(slowest) | GB/s (keys + rows, both ways) | step ms (median) | "
+         "dense GB/s (same bytes) | sparse / dense |\n"
+         "|---|---|---|---|---|---|---|---|---|";
 }
 
 std::string SparseReportRow(const SparseCase& c) {
   if (!c.error.empty()) {
-    return absl::StrFormat("| %d | %d | %d | error: %s | | | |", c.dim,
+    return absl::StrFormat("| %d | %d | %d | error: %s | | | | | |", c.dim,
                            c.shards, c.workers, c.error);
   }
-  return absl::StrFormat("| %d | %d | %d | %.2fM | %.2fM | %.3f | %.2f |",
+  const std::string dense =
+      c.dense_gbps > 0
+          ? absl::StrFormat("%.3f | %.2fx", c.dense_gbps, c.gbps / c.dense_gbps)
+          : std::string("- | -");
+  return absl::StrFormat("| %d | %d | %d | %.2fM | %.2fM | %.3f | %.2f | %s |",
                          c.dim, c.shards, c.workers, c.rows_per_s / 1e6,
-                         c.rows_per_s_worker / 1e6, c.gbps, c.step_ms);
+                         c.rows_per_s_worker / 1e6, c.gbps, c.step_ms, dense);
 }
 
 }  // namespace ps::bench

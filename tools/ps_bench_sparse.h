@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/config.pb.h"
 #include "tools/data/zipf.h"
 #include "worker/data/random.h"
@@ -81,6 +82,29 @@ int64_t SparseStepBytes(int batch, int dim, DType dtype);
 // at least min_steps). Errors go into the figures.
 SparseFigures RunSparseWorker(const SparseBenchOptions& options);
 
+// `num_workers` workers (ids 1..n) as threads of this process, each set up
+// and warmed up before all start measuring together.
+std::vector<SparseFigures> RunSparseThreads(const SparseBenchOptions& options,
+                                            int num_workers);
+
+// The same as processes of their own: this binary (ps_bench) again, with
+// --mode=sparse --worker_child=JOB_ID,WORKER_ID,0 and the options as its
+// flags (the token in PS_TOKEN, never on a command line); each runs
+// SparseChildMain. Errors: a child that could not start, set up or report
+// (tools/worker_processes.h).
+absl::StatusOr<std::vector<SparseFigures>> RunSparseProcesses(
+    const SparseBenchOptions& options, int num_workers);
+
+// A child's side: sets up and warms up, says "ready" on stdout, waits for
+// "go" on stdin, measures and writes its figures as one line. Returns the
+// process's exit code (1 after an "error: ..." line).
+int SparseChildMain(const SparseBenchOptions& options);
+
+// Figures as one line (no newline), and back (INVALID_ARGUMENT for a line
+// FormatSparseFigures did not write).
+std::string FormatSparseFigures(const SparseFigures& f);
+absl::StatusOr<SparseFigures> ParseSparseFigures(absl::string_view line);
+
 // All workers' figures over the longest window: the report's row.
 struct SparseCase {
   int dim = 0;
@@ -90,6 +114,10 @@ struct SparseCase {
   double rows_per_s_worker = 0;  // the slowest worker
   double gbps = 0;
   double step_ms = 0;  // the workers' median step times' median
+  // The dense path's push+pull GB/s for the same bytes per step (a model of
+  // SparseStepBytes / 2 bytes, the same shards and workers), measured just
+  // after; 0: not measured.
+  double dense_gbps = 0;
   std::string error;
 };
 SparseCase SummarizeSparse(int dim, int shards,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -89,11 +90,49 @@ TEST(SparseBench, SummaryAndReport) {
   EXPECT_DOUBLE_EQ(c.gbps,
                    150.0 * SparseStepBytes(4096, 16, FLOAT32) / 2 / 1e9);
   EXPECT_EQ(SparseReportRow(c),
-            "| 16 | 2 | 2 | 0.31M | 0.10M | 0.044 | 40.00 |");
+            "| 16 | 2 | 2 | 0.31M | 0.10M | 0.044 | 40.00 | - | - |");
+  SparseCase with_dense = c;
+  with_dense.dense_gbps = 0.088;
+  EXPECT_EQ(SparseReportRow(with_dense),
+            "| 16 | 2 | 2 | 0.31M | 0.10M | 0.044 | 40.00 | 0.088 | 0.50x |");
   EXPECT_TRUE(absl::StrContains(SparseReportHeader(), "rows/s"));
   b.error = "UNAVAILABLE: shard 1";
   EXPECT_TRUE(absl::StrContains(SparseReportRow(SummarizeSparse(16, 2, {a, b})),
                                 "error: UNAVAILABLE: shard 1"));
+}
+
+TEST(SparseBench, FiguresTravelAsOneLine) {
+  SparseFigures f;
+  f.steps = 12;
+  f.rows = 2 * 12 * 4096;
+  f.bytes = 12 * SparseStepBytes(4096, 64, FLOAT32);
+  f.seconds = 1.5;
+  f.median_step_ms = 3.25;
+  const std::string line = FormatSparseFigures(f);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  absl::StatusOr<SparseFigures> back = ParseSparseFigures(line);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->steps, f.steps);
+  EXPECT_EQ(back->rows, f.rows);
+  EXPECT_EQ(back->bytes, f.bytes);
+  EXPECT_DOUBLE_EQ(back->seconds, f.seconds);
+  EXPECT_DOUBLE_EQ(back->median_step_ms, f.median_step_ms);
+  EXPECT_TRUE(back->error.empty());
+
+  SparseFigures failed;
+  failed.error = "UNAVAILABLE: shard 0 (127.0.0.1:1)";
+  back = ParseSparseFigures(FormatSparseFigures(failed));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->error, failed.error);
+
+  for (const char* bad : {"", "ready",
+                          "sparse steps x rows 1 bytes 1 seconds "
+                          "1 median_step_ms 1",
+                          "worker steps 1"}) {
+    EXPECT_EQ(ParseSparseFigures(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Sparse push+pull, this project against ps-lite, alternated on one machine
+# (docs/performance.md, "Sparse tables end to end"). Each round, for 1 and 2
+# shards and dims 16 and 64: `ps_bench --mode=sparse` against SHARDS fresh
+# ps_server processes with 1-4 worker processes (each case followed by the
+# dense path on the same bytes per step), then ps-lite's sparse driver
+# (run_ps_lite_sparse.sh) with SHARDS servers and 1-4 workers on the same
+# key stream. Figures land in OUT_DIR; summarize_sparse.py gives medians and
+# ranges over the rounds.
+#
+# usage: compare_sparse.sh PS_BENCH PS_SERVER PS_LITE_SPARSE_BENCH ROUNDS SECONDS OUT_DIR
+set -euo pipefail
+PS_BENCH=$1 PS_SERVER=$2 PEER=$3 ROUNDS=$4 SECONDS_PER_CASE=$5
+OUT=$(mkdir -p "$6" && cd "$6" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+umask 077
+head -c 24 /dev/urandom | base64 >"$OUT/token"
+pids=()
+stop_servers() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+trap stop_servers EXIT
+start_servers() {
+  local i addrs=()
+  for ((i = 0; i < $1; i++)); do
+    rm -f "$OUT/port$i"
+    "$PS_SERVER" --port=0 --port_file="$OUT/port$i" --token_file="$OUT/token" \
+      >>"$OUT/ps_server$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < $1; i++)); do
+    for _ in $(seq 200); do [[ -s $OUT/port$i ]] && break; sleep 0.1; done
+    addrs+=("127.0.0.1:$(tr -d '[:space:]' <"$OUT/port$i")")
+  done
+  (IFS=,; echo "${addrs[*]}")
+}
+for ((r = 1; r <= ROUNDS; r++)); do
+  for shards in 1 2; do
+    for dim in 16 64; do
+      servers=$(start_servers "$shards")
+      "$PS_BENCH" --mode=sparse --servers="$servers" --token_file="$OUT/token" \
+        --sparse_dims="$dim" --workers=1,2,3,4 --worker_processes \
+        --seconds_per_case="$SECONDS_PER_CASE" --out="$OUT/ours_r${r}_s${shards}_d$dim.md" \
+        >/dev/null || true
+      stop_servers
+      for w in 1 2 3 4; do
+        "$HERE/run_ps_lite_sparse.sh" "$PEER" "$shards" "$w" "$dim" "$SECONDS_PER_CASE" \
+          >"$OUT/peer_r${r}_s${shards}_d${dim}_w$w.txt" 2>/dev/null || true
+      done
+      echo "round $r, $shards shard(s), dim $dim: done" >&2
+    done
+  done
+done
