@@ -8,7 +8,8 @@
 // back to version 4. Then every row (on both shards) and the dense tensor
 // equal what was pulled at version 4, and the same two steps again give
 // the rows of version 6 bit for bit: the rows' Adam moments and per-row
-// step counts came back too.
+// step counts came back too. ExplainJob then gives each shard's status,
+// its sparse table holding its own keys' rows.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -310,6 +311,24 @@ TEST_F(SparseRollback, KilledShardsRowsComeBackThroughTheJobRollback) {
   const State replayed = Read(*c, 6);
   EXPECT_TRUE(replayed.rows == at6.rows);
   EXPECT_TRUE(replayed.w == at6.w);
+
+  // The coordinator hands the shards' status on (psctl status prints its
+  // sparse tables): every key has its row on its own shard.
+  ExplainJobRequest explain;
+  explain.set_job_id(job_);
+  ExplainJobResponse explained;
+  ASSERT_TRUE(
+      Call(&CoordinatorService::Stub::ExplainJob, explain, &explained).ok());
+  ASSERT_EQ(explained.shards_size(), 2) << explained.text();
+  int64_t rows = 0;
+  for (const ShardStatus& s : explained.shards()) {
+    ASSERT_EQ(s.sparse_tables_size(), 1);
+    EXPECT_EQ(s.sparse_tables(0).name(), "emb");
+    EXPECT_EQ(s.sparse_tables(0).rows(),
+              s.shard_index() == 1 ? on_shard1 : kKeys - on_shard1);
+    rows += s.sparse_tables(0).rows();
+  }
+  EXPECT_EQ(rows, kKeys);
 }
 
 }  // namespace

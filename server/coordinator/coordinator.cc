@@ -442,6 +442,9 @@ absl::StatusOr<ExplainJobResponse> CoordinatorImpl::ExplainJob(
   }
   ExplainJobResponse response;
   response.set_text(FormatExplanation(in));
+  for (const absl::StatusOr<ShardStatus>& s : in.shards) {
+    if (s.ok()) *response.add_shards() = *s;
+  }
   return response;
 }
 

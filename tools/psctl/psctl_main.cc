@@ -488,6 +488,16 @@ int StatusCommand(Client& c, const Flags& f) {
     return Fail(s);
   }
   PrintJob(job);
+  // A running job's sparse tables, per shard, as the shards report them.
+  ExplainJobRequest ereq;
+  ereq.set_job_id(f.job_id);
+  ExplainJobResponse eresp;
+  if (job.record.state() == RUNNING &&
+      c.Call(&CoordinatorService::Stub::ExplainJob, ereq, &eresp).ok()) {
+    std::printf(
+        "%s", FormatSparseTables({eresp.shards().begin(), eresp.shards().end()})
+                  .c_str());
+  }
   return kOk;
 }
 

@@ -466,4 +466,42 @@ absl::Status WritePlots(const std::vector<JobData>& jobs,
   return absl::OkStatus();
 }
 
+std::string FormatSparseTables(const std::vector<ShardStatus>& shards) {
+  std::vector<const ShardStatus*> order;
+  for (const ShardStatus& s : shards) order.push_back(&s);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const ShardStatus* a, const ShardStatus* b) {
+                     return a->shard_index() < b->shard_index();
+                   });
+  // Tables in first-seen order, then shards.
+  std::vector<std::string> names;
+  for (const ShardStatus* s : order) {
+    for (const SparseTableStatus& t : s->sparse_tables()) {
+      if (std::find(names.begin(), names.end(), t.name()) == names.end()) {
+        names.push_back(t.name());
+      }
+    }
+  }
+  if (names.empty()) return "";
+  std::string out =
+      absl::StrFormat("%-12s %5s %12s %10s %10s %9s %10s %12s %12s %9s %9s\n",
+                      "sparse", "shard", "rows", "capacity", "MiB", "evicted",
+                      "admitted", "pushed", "pulled", "dropped", "rejected");
+  for (const std::string& name : names) {
+    for (const ShardStatus* s : order) {
+      for (const SparseTableStatus& t : s->sparse_tables()) {
+        if (t.name() != name) continue;
+        absl::StrAppendFormat(
+            &out, "%-12s %5d %12d %10s %10.1f %9d %10d %12d %12d %9d %9d\n",
+            name, s->shard_index(), t.rows(),
+            t.capacity() > 0 ? absl::StrCat(t.capacity()) : "-",
+            t.bytes() / 1048576.0, t.evictions(), t.admissions(),
+            t.rows_pushed(), t.rows_pulled(), t.dropped_gradients(),
+            t.rejected_gradients());
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace ps::psctl

@@ -24,6 +24,13 @@ namespace ps::psctl {
 // the JobRecord that WatchJob streams carries no other test metric.
 std::string ProgressLine(const JobRecord& job, double elapsed_s, int width);
 
+// `psctl status`'s sparse tables: a header and one line per table and shard
+// (rows, capacity, bytes, evictions, admissions, rows pushed and pulled,
+// gradients dropped before admission and rejected), tables in the order of
+// the shards' answers, shards by index. Empty when no shard has a sparse
+// table.
+std::string FormatSparseTables(const std::vector<ShardStatus>& shards);
+
 // Everything compare needs about one job.
 struct JobData {
   JobRecord record;

@@ -405,6 +405,58 @@ TEST(Report, FormatDuration) {
   EXPECT_EQ(FormatDuration(-1), "?");
 }
 
+TEST(Report, SparseTablesPerShard) {
+  EXPECT_EQ(FormatSparseTables({}), "");
+  ShardStatus no_tables;
+  EXPECT_EQ(FormatSparseTables({no_tables}), "");
+
+  // Shards answer in any order; lines go by table, then shard index.
+  ShardStatus s1, s0;
+  s1.set_shard_index(1);
+  s0.set_shard_index(0);
+  for (ShardStatus* s : {&s1, &s0}) {
+    SparseTableStatus* emb = s->add_sparse_tables();
+    emb->set_name("emb");
+    emb->set_rows(1000 + s->shard_index());
+    emb->set_capacity(5000);
+    emb->set_bytes(3 << 20);
+    emb->set_evictions(7 + s->shard_index());
+    emb->set_admissions(11);
+    emb->set_rows_pushed(400);
+    emb->set_rows_pulled(900);
+    emb->set_dropped_gradients(13);
+    emb->set_rejected_gradients(2);
+  }
+  SparseTableStatus* wide = s0.add_sparse_tables();
+  wide->set_name("wide");
+  wide->set_rows(5);
+  const std::string text = FormatSparseTables({s1, s0});
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u) << text;
+  EXPECT_EQ(lines[0].find("sparse"), 0u);
+  for (const char* column : {"rows", "capacity", "MiB", "evicted", "admitted",
+                             "dropped", "rejected"}) {
+    EXPECT_NE(lines[0].find(column), std::string::npos) << column;
+  }
+  auto words = [](const std::string& line) {
+    std::vector<std::string> w;
+    std::istringstream s(line);
+    for (std::string x; s >> x;) w.push_back(x);
+    return w;
+  };
+  EXPECT_EQ(words(lines[1]),
+            (std::vector<std::string>{"emb", "0", "1000", "5000", "3.0", "7",
+                                      "11", "400", "900", "13", "2"}));
+  EXPECT_EQ(words(lines[2]),
+            (std::vector<std::string>{"emb", "1", "1001", "5000", "3.0", "8",
+                                      "11", "400", "900", "13", "2"}));
+  EXPECT_EQ(words(lines[3]),
+            (std::vector<std::string>{"wide", "0", "5", "-", "0.0", "0", "0",
+                                      "0", "0", "0", "0"}));
+}
+
 TEST(Report, WritesPngAndSvg) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "gnuplot not installed (tools/setup.sh installs it)";
