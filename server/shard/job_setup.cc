@@ -108,6 +108,31 @@ void RegisterJobMetrics(MetricsRegistry& m, Job& job) {
       &m.Histogram("shard_push_staleness",
                    "Versions between a push's base and the shard's version",
                    {0, 1, 2, 4, 8, 16, 32, 64, 128}, labels);
+  // Each sparse table's figures (SparseTableStatus), labelled by table.
+  for (SparseTable* table : job.sparse_tables) {
+    MetricsRegistry::Labels l = labels;
+    l["table"] = table->spec().name();
+    SparseTable::Gauges g;
+    g.rows = &m.Gauge("sparse_table_rows", "Rows held", l);
+    g.bytes = &m.Gauge("sparse_table_bytes",
+                       "Memory of the rows, their optimizer slots, index and "
+                       "admission sketch",
+                       l);
+    g.evictions = &m.Gauge("sparse_table_evictions",
+                           "Rows evicted (LRU) or expired (TTL) so far", l);
+    g.admissions =
+        &m.Gauge("sparse_table_admissions",
+                 "Keys given a row by the admission filter so far", l);
+    g.dropped = &m.Gauge(
+        "sparse_table_dropped_gradients",
+        "Gradients dropped so far because their key was not admitted", l);
+    g.rejected = &m.Gauge(
+        "sparse_table_rejected_gradients",
+        "Gradients of pushes refused whole so far (bad input, NaN/Inf, "
+        "staleness)",
+        l);
+    table->SetGauges(g);
+  }
 }
 
 }  // namespace ps::server

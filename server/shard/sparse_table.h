@@ -52,6 +52,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "proto/config.pb.h"
 #include "proto/parameter_service.pb.h"
 #include "server/shard/admission_filter.h"
@@ -95,6 +96,18 @@ class SparseTable final : public Table {
   // This table's line of ShardStatus.
   SparseTableStatus Status() const;
 
+  // Prometheus gauges of Status()'s figures (all null: none), refreshed
+  // after each push applied or refused, step closed and pull served.
+  struct Gauges {
+    prometheus::Gauge* rows = nullptr;
+    prometheus::Gauge* bytes = nullptr;
+    prometheus::Gauge* evictions = nullptr;
+    prometheus::Gauge* admissions = nullptr;
+    prometheus::Gauge* dropped = nullptr;
+    prometheus::Gauge* rejected = nullptr;
+  };
+  void SetGauges(const Gauges& gauges);
+
   const SparseTableSpec& spec() const { return spec_; }
 
  private:
@@ -128,6 +141,8 @@ class SparseTable final : public Table {
   void ApplyRows(absl::Span<const uint64_t> keys, const float* grads, float lr,
                  float scale, int64_t version);
   void NoteVersion(int64_t version);
+  // Sets the gauges (if any) from Status().
+  void PublishGauges() const;
   // This table's rows in `file`, or null.
   const CheckpointSparseTable* FindIn(const CheckpointData& file) const;
 
@@ -148,6 +163,9 @@ class SparseTable final : public Table {
   absl::Mutex stage_mu_;
   absl::flat_hash_map<int64_t, std::unique_ptr<WorkerStage>> stages_
       ABSL_GUARDED_BY(stage_mu_);
+
+  mutable absl::Mutex gauges_mu_;
+  Gauges gauges_ ABSL_GUARDED_BY(gauges_mu_);
 
   // Counters (SparseTableStatus).
   mutable std::atomic<int64_t> rows_pulled_{0}, rows_pushed_{0},

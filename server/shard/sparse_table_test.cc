@@ -15,7 +15,9 @@
 #include "common/fake_clock.h"
 #include "common/initializer.h"
 #include "common/key_placement.h"
+#include "common/metrics.h"
 #include "common/payload_codec.h"
+#include "server/shard/shard_store.h"
 #include "server/shard/shard_test_util.h"
 
 namespace ps::server {
@@ -147,6 +149,47 @@ TEST(SparseTable, AspRowsStartFromTheInitializerAndApplyAtOnce) {
   EXPECT_EQ(status->sparse_tables(0).rows_pulled(), 6);
   EXPECT_GT(status->sparse_tables(0).bytes(), 0);
   EXPECT_EQ(status->sparse_tables(1).rows(), 0);
+}
+
+TEST(SparseTable, FiguresGoToThePrometheusMetrics) {
+  FakeClock clock;
+  MetricsRegistry metrics;
+  ShardStoreOptions options;
+  options.clock = &clock;
+  options.metrics = &metrics;
+  absl::StatusOr<std::unique_ptr<ShardStore>> store =
+      ShardStore::Create(options);
+  ASSERT_TRUE(store.ok());
+  JobSpec spec = SparseSpec(ConsistencySpec::ASP);
+  spec.mutable_model()->mutable_sparse_tables(0)->set_capacity(2);
+  spec.mutable_model()->mutable_sparse_tables(0)->set_eviction(
+      SparseTableSpec::LRU);
+  ASSERT_TRUE((*store)->SetupJob(JobSetup(spec, {1})).ok());
+  ASSERT_TRUE(
+      PushRows(**store, 1, 1, 0, Grads({11, 12, 13}, kDim, 0.5f), true).ok());
+  // A NaN push is refused whole: its rows count as rejected.
+  EXPECT_FALSE(
+      PushRows(**store, 1, 2, 1,
+               Grads({14}, kDim, std::numeric_limits<float>::quiet_NaN()), true)
+          .ok());
+  const std::string text = metrics.TextSnapshot();
+  const std::string emb = "job=\"job1\",shard=\"0\",table=\"emb\"";
+  for (const std::string& line :
+       {"ps_sparse_table_rows{" + emb + "} 2",
+        "ps_sparse_table_evictions{" + emb + "} 1",
+        "ps_sparse_table_admissions{" + emb + "} 0",
+        "ps_sparse_table_dropped_gradients{" + emb + "} 0",
+        "ps_sparse_table_rejected_gradients{" + emb + "} 1"}) {
+    EXPECT_NE(text.find(line + "\n"), std::string::npos) << line << "\n"
+                                                         << text;
+  }
+  EXPECT_NE(text.find("ps_sparse_table_bytes{" + emb + "} "),
+            std::string::npos);
+  EXPECT_NE(
+      text.find(
+          "ps_sparse_table_rows{job=\"job1\",shard=\"0\",table=\"wide\"} 0\n"),
+      std::string::npos)
+      << text;
 }
 
 TEST(SparseTable, PullsInHalfPrecision) {
