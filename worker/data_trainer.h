@@ -25,6 +25,7 @@
 #include "proto/coordinator_service.pb.h"
 #include "worker/evaluator.h"
 #include "worker/parameter_access.h"
+#include "worker/plan_batches.h"
 #include "worker/trainable_model.h"
 #include "worker/trainer.h"
 
@@ -36,8 +37,7 @@ namespace ps::worker {
 absl::StatusOr<TrainResult> TrainOnStreamedData(
     const WorkerAssignment& assignment, kernels::Backend* backend,
     ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
-    const TrainerOptions& options,
-    std::function<std::vector<int>()> current_data_shards);
+    const TrainerOptions& options, std::function<WorkerPlan()> current_plan);
 
 // `model` on the first `max_examples` (0: all) examples of d.test_files in
 // file order, in batches of 1000, on the weights of step `clock`: the dense

@@ -164,7 +164,7 @@ absl::StatusOr<TrainResult> Train(
   const JobSpec& spec = a.spec();
   if (spec.data().format() != DataSpec::IDX) {
     return TrainOnStreamedData(a, backend, params, std::move(sink), stop,
-                               options, std::move(current_data_shards));
+                               options, std::move(current_plan));
   }
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<TrainableModel> model,
