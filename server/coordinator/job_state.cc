@@ -37,6 +37,9 @@ int64_t JobShardSteps(const JobRecord& record) {
   const DataSpec& d = record.spec().data();
   if (record.shard_steps() > 0) return record.shard_steps();
   if (d.max_steps() > 0) return d.max_steps();
+  // Text data: its size is the workers' count, which they do not report
+  // yet; 0 (unknown) plans nothing past a worker's own end.
+  if (d.format() != DataSpec::IDX) return 0;
   const int64_t per_shard = std::max(1, record.num_data_shards()) *
                             int64_t{std::max(1, d.batch_size())};
   return d.epochs() * (kTrainExamples / per_shard);

@@ -35,8 +35,8 @@ int64_t MaxStep(const JobSpec& spec);
 int64_t MaxJobStep(const JobRecord& record);
 
 // The job's steps per data shard: as the workers reported them, else
-// data.max_steps, else epochs over Fashion-MNIST's 60,000 examples at
-// batch_size per data shard.
+// data.max_steps, else (IDX) epochs over Fashion-MNIST's 60,000 examples
+// at batch_size per data shard; 0 (unknown) for text data.
 int64_t JobShardSteps(const JobRecord& record);
 
 // Per-shard progress of bringing a job's shard in line (reconciler.h).

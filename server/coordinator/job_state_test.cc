@@ -59,6 +59,26 @@ TEST(JobState, TextDataWithoutMaxStepsHasNoKnownTotal) {
   EXPECT_EQ(MaxStep(spec), 40);
 }
 
+// A data plan on text data without max_steps runs to no known end (a
+// Fashion-MNIST estimate kept its workers "not done" past their data).
+TEST(JobState, TextDataHasNoShardStepsUntilKnown) {
+  JobRecord record;
+  DataSpec* d = record.mutable_spec()->mutable_data();
+  d->set_format(DataSpec::CRITEO);
+  d->set_batch_size(128);
+  d->set_epochs(1);
+  record.set_num_data_shards(2);
+  EXPECT_EQ(JobShardSteps(record), 0);
+  d->set_max_steps(40);
+  EXPECT_EQ(JobShardSteps(record), 40);
+  d->set_max_steps(0);
+  record.set_shard_steps(78);  // as the workers reported it
+  EXPECT_EQ(JobShardSteps(record), 78);
+  d->set_format(DataSpec::IDX);
+  record.set_shard_steps(0);
+  EXPECT_EQ(JobShardSteps(record), 60000 / (2 * 128));
+}
+
 TEST(JobState, MaxStepIsOneWorkerDoingEveryEpoch) {
   JobSpec spec;
   spec.mutable_data()->set_epochs(2);
