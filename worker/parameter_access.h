@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,6 +29,16 @@ class ParameterAccess {
   // the shards).
   virtual absl::StatusOr<int64_t> Pull(
       int64_t clock, std::vector<absl::Span<float>> tensors) = 0;
+
+  // As Pull, but under BSP without waiting for version `clock`: the weights
+  // of the step the shards are at (their lowest open step), whose version
+  // it returns. A BSP worker that joins takes its clock from it: the shards
+  // count it among the workers of their open step, which a pull waiting
+  // for a later version would hold open for good. The default: Pull.
+  virtual absl::StatusOr<int64_t> PullCurrent(
+      int64_t clock, std::vector<absl::Span<float>> tensors) {
+    return Pull(clock, std::move(tensors));
+  }
 
   // Starts pushing tensor `index`'s gradient for step `clock`; may return
   // before it is sent. `grad` must stay valid until Finish().

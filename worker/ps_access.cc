@@ -45,6 +45,13 @@ class PsAccess final : public ParameterAccess, public SparseRowAccess {
     return t.version();
   }
 
+  absl::StatusOr<int64_t> PullCurrent(
+      int64_t clock, std::vector<absl::Span<float>> tensors) override {
+    client::Ticket t = client_->PullAll(clock, 0, std::move(tensors));
+    PS_RETURN_IF_ERROR(Await(t, absl::StrCat("pull at clock ", clock)));
+    return t.version();
+  }
+
   absl::Status Push(int64_t clock, int64_t base_version, int index,
                     absl::Span<const float> grad) override {
     return PushPart(clock, base_version, index, 0, grad);

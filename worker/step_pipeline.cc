@@ -94,6 +94,18 @@ bool StepPipeline::CatchUp() {
   return clock_ < total_steps_;
 }
 
+absl::Status StepPipeline::Join() {
+  if (!options_.bsp || incoming_ != nullptr || prefetched_) {
+    return absl::OkStatus();
+  }
+  PS_ASSIGN_OR_RETURN(prefetched_version_,
+                      params_->PullCurrent(clock_, staging_.Weights()));
+  prefetched_ = true;
+  skipped_steps_ += std::max<int64_t>(0, prefetched_version_ - clock_);
+  clock_ = prefetched_version_;
+  return absl::OkStatus();
+}
+
 bool StepPipeline::Arrived(const ParameterAccess::StepEnd& end) {
   seen_.staleness += static_cast<double>(end.staleness);
   seen_.staleness_ends++;

@@ -108,6 +108,16 @@ class StepPipeline {
   // BSP: steps the job made without this worker (CatchUpClock).
   int64_t skipped_steps() const { return skipped_steps_; }
 
+  // Before the first step, under BSP: pulls the weights the shards are at
+  // and makes their version (the lowest over the shards of their open
+  // step) clock(), below or above start_clock; the first Pull() computes on
+  // them. The shards' open step is the job's: a worker joining while they
+  // are at step v is one of step v's workers there, so it must end step v,
+  // whatever step its assignment named (the coordinator's idea of the
+  // job's step, from progress reports, may lead or lag the shards'). Does
+  // nothing under ASP and SSP.
+  absl::Status Join();
+
   // Pull phase. Makes the weights of step clock() the model's, or, when
   // the previous step's end is still bringing them, leaves them to arrive
   // part by part in Compute(); with `all_weights` (an evaluation is due)

@@ -179,6 +179,42 @@ TEST_F(StepPipelineTest, ABspWorkerThatFellBehindContinuesAtTheJobsStep) {
   EXPECT_EQ(Lines(access_->log, "push"), Pushes(5, 5));
 }
 
+// A worker that joins a BSP job takes its clock from the shards' version,
+// below the start it was given (the shards' open step counts it among its
+// workers: waiting for the next version would hold that step open for
+// good) or above it; the first step computes on the weights of the join.
+TEST_F(StepPipelineTest, ABspWorkerJoinsAtTheStepTheShardsAreAt) {
+  access_->version_at = [](int64_t) { return 4; };
+  std::unique_ptr<StepPipeline> p =
+      Make({.bsp = true, .start_clock = 5, .total_steps = 10});
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->Join().ok());
+  EXPECT_EQ(p->clock(), 4);
+  EXPECT_EQ(p->skipped_steps(), 0);
+  ASSERT_TRUE(*p->Pull(false));
+  EXPECT_EQ(p->clock(), 4);
+  EXPECT_EQ(Weights0(), std::vector<float>(12, PulledValue(5)));
+  ASSERT_TRUE(p->Compute(TinyBatch(8, 0)).ok());
+  EXPECT_EQ(Lines(access_->log, "pull"), std::vector<std::string>{"pull 5"});
+  EXPECT_EQ(Lines(access_->log, "push"), Pushes(4, 4));
+
+  // The shards ahead of the start given: the steps between are skipped.
+  access_->version_at = [](int64_t) { return 7; };
+  p = Make({.bsp = true, .start_clock = 5, .total_steps = 10});
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->Join().ok());
+  EXPECT_EQ(p->clock(), 7);
+  EXPECT_EQ(p->skipped_steps(), 2);
+
+  // ASP: no join pull; the clock is the one given.
+  access_->log.clear();
+  p = Make({.bsp = false, .start_clock = 5, .total_steps = 10});
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->Join().ok());
+  EXPECT_EQ(p->clock(), 5);
+  EXPECT_TRUE(access_->log.empty());
+}
+
 TEST_F(StepPipelineTest, AnAspWorkerComputesOnNewerWeightsWithoutSkipping) {
   access_->version_at = [](int64_t clock) { return clock == 2 ? 5 : clock; };
   std::unique_ptr<StepPipeline> p =

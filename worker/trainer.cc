@@ -66,10 +66,15 @@ class BatchSource {
     return PlanEnd(plan_.start, plan_.segments, budget_.total_steps);
   }
 
+  // A clock before the plan's start (a BSP worker that joined at the
+  // shards' step, below the start its assignment named) trains the plan's
+  // first batch, which its start trains again: the plan still ends where
+  // the others' do.
   absl::StatusOr<Batch> Next(int64_t clock, absl::Duration timeout) {
-    PS_ASSIGN_OR_RETURN(const PlannedBatch want,
-                        PlanBatchAt(plan_, clock, budget_.total_steps,
-                                    budget_.steps_per_epoch));
+    PS_ASSIGN_OR_RETURN(
+        const PlannedBatch want,
+        PlanBatchAt(plan_, std::max(clock, plan_.start), budget_.total_steps,
+                    budget_.steps_per_epoch));
     for (int attempt = 0;; ++attempt) {
       if (prefetcher_ == nullptr || shard_ != want.data_shard) {
         PS_RETURN_IF_ERROR(StartAt(want));
@@ -182,11 +187,13 @@ absl::StatusOr<TrainResult> Train(
   PS_ASSIGN_OR_RETURN(std::unique_ptr<StepPipeline> pipeline,
                       StepPipeline::Create(model.get(), backend, params,
                                            PipelineOptionsFor(a, total_steps)));
+  // BSP: the clock is the step the shards are at, whatever start_step said.
+  PS_RETURN_IF_ERROR(pipeline->Join());
   const Clock* const clock = Clock::Real();
   const MetricStamp stamp(clock, budget.steps_per_epoch);
   Evaluator evaluator(test, &stamp, sink,
                       EvaluatorOptionsFor(a, budget.steps_per_epoch, options),
-                      a.start_step());
+                      pipeline->clock());
   MetricWindow window(&stamp, clock,
                       {.report_every_steps = options.report_every_steps,
                        .batch_size = spec.data().batch_size()});

@@ -66,6 +66,8 @@ class LocalParams : public ParameterAccess {
     ++finish_and_pulls;
     return ParameterAccess::FinishAndPull(clock, std::move(tensors));
   }
+  // The shards' version (BSP: the step they are at).
+  void set_version(int64_t version) { version_ = version; }
   int pulls = 0, pushes = 0, finish_and_pulls = 0;
   std::map<int64_t, int64_t> base_versions;  // by clock
   // The sum of squares of each pushed gradient, by (clock, tensor index).
@@ -410,10 +412,14 @@ TEST_F(TrainerTest, FollowsItsPlanBatchByBatch) {
   d->set_first_batch(465);
   d->set_end_batch(471);
   LocalParams p_own(own.spec(), 0.1f), p_planned(own.spec(), 0.1f);
-  auto r_own = Train(own, train_, test_, backend->get(), &p_own,
-                     [](std::vector<MetricPoint>, bool) {}, nullptr);
-  auto r_planned = Train(planned, train_, test_, backend->get(), &p_planned,
-                         [](std::vector<MetricPoint>, bool) {}, nullptr);
+  p_own.set_version(465);  // BSP: the shards are at the start step
+  p_planned.set_version(7);
+  auto r_own = Train(
+      own, train_, test_, backend->get(), &p_own,
+      [](std::vector<MetricPoint>, bool) {}, nullptr);
+  auto r_planned = Train(
+      planned, train_, test_, backend->get(), &p_planned,
+      [](std::vector<MetricPoint>, bool) {}, nullptr);
   ASSERT_TRUE(r_own.ok()) << r_own.status();
   ASSERT_TRUE(r_planned.ok()) << r_planned.status();
   EXPECT_EQ(r_own->steps, 6);
@@ -426,6 +432,40 @@ TEST_F(TrainerTest, FollowsItsPlanBatchByBatch) {
           << "step " << k << " tensor " << t;
     }
   }
+}
+
+// A BSP worker rejoins while the shards' open step (7) is one behind the
+// start step the coordinator gave it (8): the shards count it among step
+// 7's workers, so it trains step 7, on its plan's first batch, and then
+// its plan from 8 to its end, which stays where the others' plans end.
+TEST_F(TrainerTest, ABspWorkerRejoiningAheadOfTheShardsStartsAtTheirStep) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  WorkerAssignment a;
+  *a.mutable_spec() = Spec(100);
+  a.set_num_data_shards(2);
+  a.set_start_step(8);
+  a.set_plan_start(8);
+  DataSegment* d = a.add_plan();
+  d->set_data_shard(0);
+  d->set_first_batch(20);
+  d->set_end_batch(24);
+  LocalParams params(a.spec(), 0.1f);
+  params.set_version(7);
+  auto result = Train(
+      a, train_, test_, backend->get(), &params,
+      [](std::vector<MetricPoint>, bool) {}, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->steps, 5);
+  EXPECT_EQ(result->final_clock, 12);
+  EXPECT_EQ(result->skipped_steps, 0);
+  std::vector<int64_t> clocks;
+  for (const auto& [clock, base] : params.base_versions) {
+    clocks.push_back(clock);
+    EXPECT_EQ(base, clock);  // each step on its own version's weights
+  }
+  EXPECT_EQ(clocks, (std::vector<int64_t>{7, 8, 9, 10, 11}));
+  EXPECT_EQ(params.pushes, 5 * 4);
 }
 
 // The plan read once per step: batches appended while it trains (a
