@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "worker/data/shard_batches.h"
@@ -15,6 +17,7 @@
 #include "worker/metric_window.h"
 #include "worker/model/layer_model.h"
 #include "worker/sparse_step.h"
+#include "worker/step_pipeline.h"
 
 namespace ps::worker {
 namespace {
@@ -225,6 +228,10 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
     return absl::OkStatus();
   };
   size_t samples_logged = 0;
+  // Straggler injection (JobSpec.stragglers) as in the IDX pipeline, except
+  // that a sparse step's pulls, compute and pushes are one call: the worker
+  // sleeps after the step, in proportion to the whole step's time.
+  const Slowdown slowdown = SlowdownFor(spec, a.rank());
 
   int64_t step = a.start_step();
   while (step < budget.total_steps) {
@@ -252,6 +259,7 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
     const absl::Time t1 = clock->Now();
     PS_ASSIGN_OR_RETURN(const SparseStepResult r,
                         RunSparseStep(*model, *params, step, batch));
+    if (slowdown.slowed()) absl::SleepFor(slowdown.Delay(clock->Now() - t1));
     const absl::Time t2 = clock->Now();
     window.AddStep(r.loss, {.wait = t1 - t0,
                             .pull = absl::ZeroDuration(),
