@@ -83,6 +83,22 @@ TEST(ConfigData, ShippedSparseConfigsValidate) {
   }
 }
 
+// tools/demo.sh's second comparison: generated data (not here), the
+// straggler and the AUC target its table and plot follow.
+TEST(ConfigData, DemoCtrConfigsValidate) {
+  for (const char* mode : {"bsp", "asp"}) {
+    const std::string name = absl::StrCat("configs/demo/ctr_", mode, ".pbtxt");
+    absl::StatusOr<JobSpec> spec = LoadJobSpec(name, NoFiles());
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    EXPECT_EQ(spec->data().format(), DataSpec::CRITEO) << name;
+    EXPECT_FALSE(spec->data().test_files().empty()) << name;
+    EXPECT_EQ(spec->num_workers(), 4) << name;
+    ASSERT_EQ(spec->stragglers_size(), 1) << name;
+    EXPECT_EQ(spec->stragglers(0).worker_rank(), 3) << name;
+    EXPECT_EQ(spec->target().metric(), "auc") << name;
+  }
+}
+
 TEST(ConfigData, EachRuleNamesItsField) {
   struct Case {
     const char* edit;  // merged over kMfJob
