@@ -74,12 +74,6 @@ echo "demo: table $out/compare.txt, plots $out/compare.png and $out/compare.svg"
 ctr_lines=${DEMO_CTR_LINES:-1000000}
 [[ "$ctr_lines" == 0 ]] && exit 0
 data=$out/ctr-data
-# A fresh cluster: the coordinator plans a text-data job's steps from the
-# example count of the IDX jobs before it, so after the Fashion-MNIST jobs
-# its workers would end (at max_steps) before their plans do and the job
-# would never finish.
-"${psctl[@]}" cluster down >/dev/null
-"${psctl[@]}" cluster up --servers 2 --workers 4 --bin_dir "$bin" "${device_flag[@]}" >/dev/null
 echo
 echo "demo: generating a click log ($ctr_lines training lines) in $data ..."
 mkdir -p "$data"

@@ -345,6 +345,13 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
     w.link->SetDataShape(
         control.shard_steps,
         StepsPerEpoch(train->num_examples, n, job.spec().data().batch_size()));
+  } else {
+    // No data shape yet for text data (the trainer counts it, or runs
+    // max_steps): clear the last IDX job's, which the heartbeats would
+    // otherwise send and the coordinator would cut this job's plans by.
+    absl::MutexLock l(&control.plan_mu);
+    control.shard_steps = 0;
+    w.link->SetDataShape(0, 0);
   }
   PsAccessOptions ao;
   ao.token = w.token;
