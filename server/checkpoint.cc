@@ -70,7 +70,8 @@ class Reader {
     if (n < 0 || n > static_cast<int64_t>(data_.size())) return Truncated();
     PS_RETURN_IF_ERROR(Need(n * sizeof(float)));
     v->resize(n);
-    std::memcpy(v->data(), data_.data() + pos_, n * sizeof(float));
+    // An empty table's vector may have no storage: memcpy takes no null.
+    if (n > 0) std::memcpy(v->data(), data_.data() + pos_, n * sizeof(float));
     pos_ += n * sizeof(float);
     return absl::OkStatus();
   }
