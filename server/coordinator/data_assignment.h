@@ -33,8 +33,9 @@ WorkerSlot* ChooseHeir(JobRecord& record);
 // Removes the worker from the job (no-op unless it holds an active slot):
 // banned workers are never given a rank of the job again. A job with data
 // plans trains or skips its untrained batches (leftover_data.h); in a
-// record from before plans its data shards go to ChooseHeir's pick. The job FAILS when it was the last worker and
-// SUCCEEDS when every worker left is done.
+// record from before plans its data shards go to ChooseHeir's pick. The job
+// FAILS when it was the last worker and SUCCEEDS when every worker left is
+// done.
 void Evict(JobTable& table, Job& job, int64_t member_id,
            absl::string_view reason, bool banned, WriteBatch* writes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());

@@ -87,11 +87,11 @@ JobRecord Snapshot(const Job& job) {
   const int64_t batch = std::max(1, r.spec().data().batch_size());
   int64_t trained = 0;
   for (const WorkerSlot& s : r.slots()) {
-    trained += s.active() && !s.done()
-                   ? PlanBatchesBefore(s.plan_start(), s.plan(),
-                                       std::max(s.clock(), s.start_step()),
-                                       steps)
-                   : PlanBatches(s.plan(), steps);
+    trained +=
+        s.active() && !s.done()
+            ? PlanBatchesBefore(s.plan_start(), s.plan(),
+                                std::max(s.clock(), s.start_step()), steps)
+            : PlanBatches(s.plan(), steps);
   }
   r.set_examples_trained(trained * batch);
   r.set_examples_total(steps * r.num_data_shards() * batch);

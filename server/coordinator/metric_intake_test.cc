@@ -237,7 +237,7 @@ TEST(IntakeDone, AWorkerShortOfItsGrownPlanTrainsOn) {
   WorkerSlot* s = owned->record.add_slots();
   s->set_member_id(1);
   s->set_active(true);
-  s->add_plan()->set_data_shard(0);  // clocks 0-99
+  s->add_plan()->set_data_shard(0);   // clocks 0-99
   DataSegment* more = s->add_plan();  // and 100-129
   more->set_data_shard(1);
   more->set_first_batch(70);

@@ -221,11 +221,11 @@ std::string ProgressLine(const JobRecord& job, double elapsed_s, int width) {
 
 std::string FormatDataProgress(const JobRecord& r) {
   if (r.examples_total() <= 0) return "";
-  std::string line = absl::StrFormat(
-      "%d/%d examples trained (%.1f%%)", r.examples_trained(),
-      r.examples_total(),
-      100.0 * static_cast<double>(r.examples_trained()) /
-          static_cast<double>(r.examples_total()));
+  std::string line =
+      absl::StrFormat("%d/%d examples trained (%.1f%%)", r.examples_trained(),
+                      r.examples_total(),
+                      100.0 * static_cast<double>(r.examples_trained()) /
+                          static_cast<double>(r.examples_total()));
   if (r.examples_skipped() > 0) {
     absl::StrAppendFormat(&line, ", %d skipped", r.examples_skipped());
   }
