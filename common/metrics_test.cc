@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 
 namespace ps {
@@ -61,6 +62,51 @@ TEST(Metrics, ServesPrometheusTextOverHttp) {
   EXPECT_NE(body.find("ps_pulls_total 5"), std::string::npos) << body;
   EXPECT_EQ(m.Serve("127.0.0.1:0").status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Metrics, CollectHooksFillGaugesAtEachSnapshotUntilRemoved) {
+  MetricsRegistry m;
+  prometheus::Gauge& g = m.Gauge("rows", "Rows held");
+  int runs = 0;
+  std::unique_ptr<MetricsRegistry::CollectHook> first =
+      m.AddCollectHook([&] { g.Set(++runs); });
+  EXPECT_EQ(runs, 0);  // not when added
+  EXPECT_NE(m.TextSnapshot().find("ps_rows 1\n"), std::string::npos);
+  EXPECT_NE(m.TextSnapshot().find("ps_rows 2\n"), std::string::npos);
+  // A newer hook runs after the older ones: its figure wins.
+  std::unique_ptr<MetricsRegistry::CollectHook> second =
+      m.AddCollectHook([&] { g.Set(100 + runs); });
+  const std::string text = m.TextSnapshot();
+  EXPECT_EQ(runs, 3);
+  EXPECT_NE(text.find("ps_rows 103\n"), std::string::npos) << text;
+  first.reset();
+  second.reset();
+  m.TextSnapshot();
+  EXPECT_EQ(runs, 3);  // removed: not run again
+  EXPECT_EQ(g.Value(), 103);
+}
+
+TEST(Metrics, CollectHooksRunAtEachScrape) {
+  MetricsRegistry m;
+  prometheus::Gauge& g = m.Gauge("scrapes", "Scrapes seen");
+  int runs = 0;
+  auto hook = m.AddCollectHook([&] { g.Set(++runs); });
+  auto port = m.Serve("127.0.0.1:0");
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_NE(HttpGet(*port, "/metrics").find("ps_scrapes 1\n"),
+            std::string::npos);
+  EXPECT_NE(HttpGet(*port, "/metrics").find("ps_scrapes 2\n"),
+            std::string::npos);
+}
+
+TEST(Metrics, CollectHookMayOutliveTheRegistry) {
+  std::unique_ptr<MetricsRegistry::CollectHook> hook;
+  {
+    MetricsRegistry m;
+    hook = m.AddCollectHook([] {});
+  }
+  hook.reset();  // unregisters from what the registry left: no crash
+  SUCCEED();
 }
 
 TEST(Metrics, UnbindableAddressIsAnError) {

@@ -131,7 +131,7 @@ void RegisterJobMetrics(MetricsRegistry& m, Job& job) {
         "Gradients of pushes refused whole so far (bad input, NaN/Inf, "
         "staleness)",
         l);
-    table->SetGauges(g);
+    table->SetGauges(m, g);
   }
 }
 

@@ -135,7 +135,6 @@ absl::StatusOr<std::unique_ptr<PreparedGradient>> SparseTable::Prepare(
   if (mine == nullptr || mine->num_rows == 0) return gradient;
   auto refuse = [&](absl::Status s) {
     rejected_gradients_.fetch_add(mine->num_rows, std::memory_order_relaxed);
-    PublishGauges();
     return s;
   };
   const std::string at =
@@ -237,7 +236,6 @@ absl::Status SparseTable::ApplyNow(const PushArgs&, PreparedGradient& gradient,
     rows_pushed_.fetch_add(static_cast<int64_t>(g.keys.size()),
                            std::memory_order_relaxed);
   }
-  PublishGauges();
   return s;
 }
 
@@ -319,7 +317,6 @@ void SparseTable::ApplyStep(int64_t step, absl::Span<const int64_t> workers,
   if (keys.empty() || workers.empty()) return;
   ApplyRows(keys, sums.data(), optimizer_->LearningRate(step),
             1.0f / static_cast<float>(workers.size()), step + 1);
-  PublishGauges();
 }
 
 absl::Status SparseTable::CheckPull(const PullArgs& args) const {
@@ -387,7 +384,6 @@ absl::StatusOr<int64_t> SparseTable::Pull(const PullArgs& args,
     rows_pulled_.fetch_add(s.num_rows, std::memory_order_relaxed);
     bytes += static_cast<int64_t>(row_bytes) * s.num_rows;
   }
-  PublishGauges();
   return bytes;
 }
 
@@ -484,21 +480,14 @@ void SparseTable::Restore(const std::vector<CheckpointData>& files) {
   }
 }
 
-void SparseTable::SetGauges(const Gauges& gauges) {
-  {
-    absl::MutexLock l(&gauges_mu_);
-    gauges_ = gauges;
-  }
-  PublishGauges();
+void SparseTable::SetGauges(MetricsRegistry& registry, const Gauges& gauges) {
+  std::unique_ptr<MetricsRegistry::CollectHook> hook =
+      registry.AddCollectHook([this, gauges] { PublishGauges(gauges); });
+  absl::MutexLock l(&hook_mu_);
+  gauges_hook_ = std::move(hook);
 }
 
-void SparseTable::PublishGauges() const {
-  Gauges g;
-  {
-    absl::MutexLock l(&gauges_mu_);
-    g = gauges_;
-  }
-  if (g.rows == nullptr) return;  // no registry
+void SparseTable::PublishGauges(const Gauges& g) const {
   const SparseTableStatus s = Status();
   g.rows->Set(static_cast<double>(s.rows()));
   g.bytes->Set(static_cast<double>(s.bytes()));

@@ -96,8 +96,11 @@ class SparseTable final : public Table {
   // This table's line of ShardStatus.
   SparseTableStatus Status() const;
 
-  // Prometheus gauges of Status()'s figures (all null: none), refreshed
-  // after each push applied or refused, step closed and pull served.
+  // Prometheus gauges of Status()'s figures, set at each collection of
+  // `registry` (a scrape of /metrics, TextSnapshot) by a collect hook this
+  // table holds: Status() takes every stripe's lock, too much for each push
+  // and pull. Called once, before the table serves; the registry must
+  // outlive the table's serving (the hook goes when the table does).
   struct Gauges {
     prometheus::Gauge* rows = nullptr;
     prometheus::Gauge* bytes = nullptr;
@@ -106,7 +109,7 @@ class SparseTable final : public Table {
     prometheus::Gauge* dropped = nullptr;
     prometheus::Gauge* rejected = nullptr;
   };
-  void SetGauges(const Gauges& gauges);
+  void SetGauges(MetricsRegistry& registry, const Gauges& gauges);
 
   const SparseTableSpec& spec() const { return spec_; }
 
@@ -141,8 +144,8 @@ class SparseTable final : public Table {
   void ApplyRows(absl::Span<const uint64_t> keys, const float* grads, float lr,
                  float scale, int64_t version);
   void NoteVersion(int64_t version);
-  // Sets the gauges (if any) from Status().
-  void PublishGauges() const;
+  // Sets `gauges` from Status().
+  void PublishGauges(const Gauges& gauges) const;
   // This table's rows in `file`, or null.
   const CheckpointSparseTable* FindIn(const CheckpointData& file) const;
 
@@ -164,12 +167,15 @@ class SparseTable final : public Table {
   absl::flat_hash_map<int64_t, std::unique_ptr<WorkerStage>> stages_
       ABSL_GUARDED_BY(stage_mu_);
 
-  mutable absl::Mutex gauges_mu_;
-  Gauges gauges_ ABSL_GUARDED_BY(gauges_mu_);
-
   // Counters (SparseTableStatus).
   mutable std::atomic<int64_t> rows_pulled_{0}, rows_pushed_{0},
       dropped_gradients_{0}, rejected_gradients_{0}, admissions_{0};
+
+  // Last: destroyed first, so that no collection reads a table being
+  // destroyed.
+  absl::Mutex hook_mu_;
+  std::unique_ptr<MetricsRegistry::CollectHook> gauges_hook_
+      ABSL_GUARDED_BY(hook_mu_);
 };
 
 }  // namespace ps::server

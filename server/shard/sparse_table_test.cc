@@ -192,6 +192,44 @@ TEST(SparseTable, FiguresGoToThePrometheusMetrics) {
       << text;
 }
 
+// The gauges are set when the metrics are collected (a collect hook), not
+// on each push: Status() takes every stripe's lock.
+TEST(SparseTable, GaugesAreSetAtCollectionNotOnEachPush) {
+  FakeClock clock;
+  MetricsRegistry metrics;
+  ShardStoreOptions options;
+  options.clock = &clock;
+  options.metrics = &metrics;
+  absl::StatusOr<std::unique_ptr<ShardStore>> store =
+      ShardStore::Create(options);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE(
+      (*store)->SetupJob(JobSetup(SparseSpec(ConsistencySpec::ASP), {1})).ok());
+  prometheus::Gauge& rows =
+      metrics.Gauge("sparse_table_rows", "Rows held",
+                    {{"job", "job1"}, {"shard", "0"}, {"table", "emb"}});
+  ASSERT_TRUE(
+      PushRows(**store, 1, 1, 0, Grads({11, 12, 13}, kDim, 0.5f), true).ok());
+  EXPECT_EQ(rows.Value(), 0);  // not published by the push
+  EXPECT_NE(metrics.TextSnapshot().find(
+                "ps_sparse_table_rows{job=\"job1\",shard=\"0\",table=\"emb\"} "
+                "3\n"),
+            std::string::npos);
+  EXPECT_EQ(rows.Value(), 3);
+  ASSERT_TRUE(
+      PushRows(**store, 1, 2, 1, Grads({14, 15}, kDim, 0.5f), true).ok());
+  EXPECT_EQ(rows.Value(), 3);
+  metrics.TextSnapshot();
+  EXPECT_EQ(rows.Value(), 5);
+  // After a teardown the job's tables are gone: a collection must not read
+  // them (ASan / TSan would say), and the gauges keep their last figures.
+  TeardownJobRequest teardown;
+  teardown.set_job_id("job1");
+  ASSERT_TRUE((*store)->TeardownJob(teardown).ok());
+  metrics.TextSnapshot();
+  EXPECT_EQ(rows.Value(), 5);
+}
+
 TEST(SparseTable, PullsInHalfPrecision) {
   FakeClock clock;
   auto store = NewStore(&clock);
