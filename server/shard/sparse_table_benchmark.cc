@@ -6,9 +6,11 @@
 //   push     ASP pushes of 4096 unique keys (drawn Zipf(1.05) from 10^7) x
 //            dim, rows/s;
 //   pull     pulls of the same batches, rows/s.
-// For dim 16 and 64, SGD and Adam (two slots).
+// Both with the benchmark thread's CPU time per row (the figure to compare
+// on a shared machine). For dim 16 and 64, SGD and Adam (two slots).
 //
 //   bazel run -c opt //server/shard:sparse_table_benchmark
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +38,13 @@ int64_t RssBytes() {
   int64_t size = 0, resident = 0;
   statm >> size >> resident;
   return resident * sysconf(_SC_PAGESIZE);
+}
+
+// This thread's CPU time, in ns.
+int64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
 JobSpec Spec(int dim, OptimizerSpec::Kind kind) {
@@ -139,6 +148,7 @@ void Run(int dim, OptimizerSpec::Kind kind) {
   uint64_t seq = 1;
   int64_t rows = 0;
   absl::Time start = absl::Now();
+  int64_t cpu = ThreadCpuNs();
   while (absl::Now() - start < absl::Seconds(2)) {
     for (const auto& b : batches) {
       PushArgs args;
@@ -158,8 +168,10 @@ void Run(int dim, OptimizerSpec::Kind kind) {
     }
   }
   const double push_rate = rows / absl::ToDoubleSeconds(absl::Now() - start);
+  const double push_ns = static_cast<double>(ThreadCpuNs() - cpu) / rows;
   rows = 0;
   start = absl::Now();
+  cpu = ThreadCpuNs();
   while (absl::Now() - start < absl::Seconds(2)) {
     for (const auto& b : batches) {
       if (!store
@@ -172,12 +184,14 @@ void Run(int dim, OptimizerSpec::Kind kind) {
     }
   }
   const double pull_rate = rows / absl::ToDoubleSeconds(absl::Now() - start);
+  const double pull_ns = static_cast<double>(ThreadCpuNs() - cpu) / rows;
   std::printf(
       "dim %3d %-4s  memory/row %6.1f B (RSS; table's count %6.1f B; bound "
-      "1.3 x %4.0f + 48 = %6.1f B)  push %5.2f M rows/s  pull %5.2f M rows/s\n",
+      "1.3 x %4.0f + 48 = %6.1f B)  push %5.2f M rows/s (%5.1f ns CPU a row)  "
+      "pull %5.2f M rows/s (%5.1f ns CPU a row)\n",
       dim, kind == OptimizerSpec::ADAM ? "Adam" : "SGD", per_row, counted,
-      row_and_slots, 1.3 * row_and_slots + 48, push_rate / 1e6,
-      pull_rate / 1e6);
+      row_and_slots, 1.3 * row_and_slots + 48, push_rate / 1e6, push_ns,
+      pull_rate / 1e6, pull_ns);
 }
 
 }  // namespace
