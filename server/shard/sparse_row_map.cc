@@ -19,6 +19,10 @@ constexpr int64_t kMinLruStripeRows = 2048;
 // Stripes hash keys with Mix64 of this salt (key_placement uses the top bits
 // of Mix64(key ^ table salt); this one is independent of it).
 constexpr uint64_t kStripeSalt = 0x2545F4914F6CDD1Dull;
+// ForRows: how many keys ahead of its lookup a key's index slots are
+// prefetched.
+constexpr uint32_t kIndexAhead = 8;
+constexpr size_t kCacheLine = 64;
 
 int StripeBits(const SparseRowMapOptions& o) {
   if (o.eviction != SparseTableSpec::LRU || o.capacity <= 0) {
@@ -228,50 +232,48 @@ absl::Status SparseRowMap::ForRows(
   }
   const bool recency = UsesRecency(options_);
   const Grouping g = Group(keys);
+  // Each visit is a random access into an index and pages of many rows: a
+  // stripe's keys are first looked up with the index slots prefetched
+  // kIndexAhead keys ahead and each found record prefetched, then visited
+  // while those loads are in flight.
+  std::vector<uint32_t> found;
   for (int s = 0; s < (1 << stripe_bits_); ++s) {
-    if (g.start[s] == g.start[s + 1]) continue;
+    const uint32_t begin = g.start[s], end = g.start[s + 1];
+    if (begin == end) continue;
     Stripe& st = stripes_[s];
     absl::MutexLock l(&st.mu);
     Expire(st, version);
-    for (uint32_t j = g.start[s]; j < g.start[s + 1]; ++j) {
+    found.resize(end - begin);
+    for (uint32_t j = begin; j < end; ++j) {
+      if (j + kIndexAhead < end)
+        st.index.prefetch(keys[g.order[j + kIndexAhead]]);
+      auto it = st.index.find(keys[g.order[j]]);
+      if (it == st.index.end()) {
+        found[j - begin] = kNone;
+        continue;
+      }
+      found[j - begin] = it->second;
+      PrefetchRecord(st, it->second);
+    }
+    // Until this call creates a row in the stripe, what the lookups found
+    // holds (a new row may evict one, and keys may repeat).
+    bool changed = false;
+    for (uint32_t j = begin; j < end; ++j) {
       const size_t i = g.order[j];
       const uint64_t key = keys[i];
-      auto it = st.index.find(key);
-      uint32_t r;
-      if (it != st.index.end()) {
-        r = it->second;
+      uint32_t r = found[j - begin];
+      if (changed) {
+        auto it = st.index.find(key);
+        r = it == st.index.end() ? kNone : it->second;
+      }
+      if (r != kNone) {
         if (recency) Unlink(st, r);
       } else if (!create || (!admit.empty() && !admit[i])) {
         fn(i, RowRef{});
         continue;
       } else {
-        if (stripe_capacity_ > 0 && st.rows >= stripe_capacity_) {
-          Remove(st, st.tail);  // LRU
-        }
-        if (stripe_capacity_ == 0) {
-          if (reservation != nullptr && reservation->rows_ > 0) {
-            --reservation->rows_;  // the count has it already
-          } else {
-            // Unbounded, or a row expired by another call since the
-            // reservation (a bounded table may go one over its capacity).
-            committed_.fetch_add(1, std::memory_order_relaxed);
-          }
-        }
-        if (!st.free.empty()) {
-          r = st.free.back();
-          st.free.pop_back();
-        } else {
-          r = st.next_record++;
-          if (r / records_per_page_ >= st.pages.size()) {
-            st.pages.emplace_back(new char[records_per_page_ * record_bytes_]);
-          }
-        }
-        st.index.emplace(key, r);
-        ++st.rows;
-        rows_.fetch_add(1, std::memory_order_relaxed);
-        RowMeta* m = Meta(st, r);
-        *m = RowMeta{};
-        m->key = key;
+        changed = true;
+        r = NewRow(st, key, reservation);
         init(key, Values(st, r));
       }
       RowMeta* m = Meta(st, r);
@@ -282,6 +284,48 @@ absl::Status SparseRowMap::ForRows(
     }
   }
   return absl::OkStatus();
+}
+
+uint32_t SparseRowMap::NewRow(Stripe& st, uint64_t key,
+                              Reservation* reservation) {
+  if (stripe_capacity_ > 0 && st.rows >= stripe_capacity_) {
+    Remove(st, st.tail);  // LRU
+  }
+  if (stripe_capacity_ == 0) {
+    if (reservation != nullptr && reservation->rows_ > 0) {
+      --reservation->rows_;  // the count has it already
+    } else {
+      // Unbounded, or a row expired by another call since the
+      // reservation (a bounded table may go one over its capacity).
+      committed_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  uint32_t r;
+  if (!st.free.empty()) {
+    r = st.free.back();
+    st.free.pop_back();
+  } else {
+    r = st.next_record++;
+    if (r / records_per_page_ >= st.pages.size()) {
+      st.pages.emplace_back(new char[records_per_page_ * record_bytes_]);
+    }
+  }
+  st.index.emplace(key, r);
+  ++st.rows;
+  rows_.fetch_add(1, std::memory_order_relaxed);
+  RowMeta* m = Meta(st, r);
+  *m = RowMeta{};
+  m->key = key;
+  return r;
+}
+
+void SparseRowMap::PrefetchRecord(const Stripe& st, uint32_t r) const {
+  const char* p = reinterpret_cast<const char*>(Meta(st, r));
+  for (size_t b = 0; b < record_bytes_; b += kCacheLine) {
+    __builtin_prefetch(p + b);
+  }
+  // The record's last line when it straddles one more.
+  __builtin_prefetch(p + record_bytes_ - 1);
 }
 
 void SparseRowMap::ForEachRow(

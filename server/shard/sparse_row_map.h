@@ -167,6 +167,12 @@ class SparseRowMap {
   // The methods below take a stripe whose lock the caller holds.
   RowMeta* Meta(const Stripe& st, uint32_t r) const;
   float* Values(const Stripe& st, uint32_t r) const;
+  // Prefetches record r's cache lines.
+  void PrefetchRecord(const Stripe& st, uint32_t r) const;
+  // A new row's record for `key` in `st`, indexed and counted (LRU: evicting
+  // the stripe's least recently touched row at its capacity; NONE/TTL: out
+  // of `reservation` when it has rows left), its header set, its values not.
+  uint32_t NewRow(Stripe& st, uint64_t key, Reservation* reservation);
   // Reserves `n` more rows against the capacity, or fails.
   absl::Status ReserveRows(int64_t n);
   // TTL: removes stripe `st`'s rows untouched since version - ttl_versions.
