@@ -1,6 +1,7 @@
 #include "common/sparse_rows.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,45 @@ absl::string_view UseName(SparseRowsUse use) {
       return "an answer";
   }
   return "a message";
+}
+
+// A key of `keys` that appears more than once, or none. Keys already in
+// ascending order (a sorting client's) take one pass; others go through an
+// open-addressing set in `scratch` (linear probing, at most half full), O(n)
+// where a sort was O(n log n), with the empty slot's marker tracked aside.
+std::optional<uint64_t> FindDuplicate(absl::Span<const uint64_t> keys,
+                                      std::vector<uint64_t>* scratch) {
+  if (keys.size() < 2) return std::nullopt;
+  const auto unsorted = std::adjacent_find(
+      keys.begin(), keys.end(), [](uint64_t a, uint64_t b) { return a >= b; });
+  if (unsorted == keys.end()) return std::nullopt;
+  if (*unsorted == *(unsorted + 1)) return *unsorted;
+  constexpr uint64_t kEmpty = ~uint64_t{0};
+  int bits = 1;
+  while ((size_t{1} << bits) < 2 * keys.size()) ++bits;
+  const size_t mask = (size_t{1} << bits) - 1;
+  scratch->assign(mask + 1, kEmpty);
+  bool seen_empty = false;
+  for (uint64_t key : keys) {
+    if (key == kEmpty) {
+      if (seen_empty) return key;
+      seen_empty = true;
+      continue;
+    }
+    // Fibonacci hashing: the top bits of the product.
+    size_t at =
+        static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+    while (true) {
+      uint64_t& slot = (*scratch)[at];
+      if (slot == kEmpty) {
+        slot = key;
+        break;
+      }
+      if (slot == key) return key;
+      at = (at + 1) & mask;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -60,10 +100,8 @@ absl::Status CheckSparseRows(absl::Span<const SparseRowsView> sparse,
         return Violation(s, "more than one SparseRows for the table in a push");
       }
     }
-    scratch->assign(s.keys.begin(), s.keys.end());
-    std::sort(scratch->begin(), scratch->end());
-    const auto dup = std::adjacent_find(scratch->begin(), scratch->end());
-    if (dup != scratch->end()) {
+    if (const std::optional<uint64_t> dup = FindDuplicate(s.keys, scratch);
+        dup.has_value()) {
       return Violation(
           s, absl::StrCat("key ", *dup,
                           " appears more than once in a push (sum its "

@@ -35,8 +35,9 @@ enum class SparseRowsUse {
 // absent as the message needs, and for a push unique keys and one
 // SparseRows per table. INVALID_ARGUMENT naming the table (and the key) on
 // the first violation. Whether dim and dtype match the table's spec is the
-// server's to check. `scratch` is reused between calls (a push's keys are
-// sorted there to find duplicates).
+// server's to check. `scratch` is reused between calls (a push's keys go
+// into a hash set there to find duplicates, unless they come in ascending
+// order).
 absl::Status CheckSparseRows(absl::Span<const SparseRowsView> sparse,
                              SparseRowsUse use, int num_tables,
                              std::vector<uint64_t>* scratch);

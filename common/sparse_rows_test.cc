@@ -86,6 +86,44 @@ TEST(SparseRows, RefusesWhatEachMessageMustNotHold) {
   }
 }
 
+TEST(SparseRows, FindsADuplicateKeyInAnyOrder) {
+  const std::vector<float> rows(4096 * 2, 1.0f);
+  const uint64_t kMax = ~uint64_t{0};
+  struct Case {
+    const char* name;
+    std::vector<uint64_t> keys;
+    bool duplicate;
+  };
+  std::vector<Case> cases = {
+      {"ascending", {1, 2, 3, 40, kMax}, false},
+      {"ascending with a repeat", {1, 2, 2, 3}, true},
+      {"descending", {9, 7, 5, 3, 1, 0}, false},
+      {"the empty marker twice", {kMax, 3, kMax}, true},
+      {"the empty marker once", {kMax, 3, 0}, false},
+      {"repeat after the order breaks", {1, 5, 3, 9, 5}, true},
+  };
+  // Many keys that collide in the set's slots (multiples of a power of two).
+  Case many{"4096 colliding keys", {}, false};
+  for (uint64_t k = 4096; k > 0; --k) many.keys.push_back(k << 40);
+  cases.push_back(many);
+  many.name = "4096 colliding keys, the last twice";
+  many.keys.back() = many.keys.front();
+  many.duplicate = true;
+  cases.push_back(many);
+  std::vector<uint64_t> scratch;
+  for (const Case& c : cases) {
+    const SparseRowsView v{0, FLOAT32, static_cast<int64_t>(c.keys.size()),
+                           2, c.keys,  Bytes(rows.data(), c.keys.size() * 8)};
+    const absl::Status s =
+        CheckSparseRows({v}, SparseRowsUse::kPush, 1, &scratch);
+    EXPECT_EQ(!s.ok(), c.duplicate) << c.name << ": " << s;
+    if (c.duplicate) {
+      EXPECT_NE(s.message().find("appears more than once"), std::string::npos)
+          << c.name << ": " << s;
+    }
+  }
+}
+
 TEST(SparseRows, PullRequestKeysMayRepeat) {
   const std::vector<uint64_t> keys = {7, 7, 7};
   const std::vector<SparseRowsView> sparse = {{0, FLOAT16, 3, 0, keys, {}},
