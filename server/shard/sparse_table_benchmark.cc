@@ -8,6 +8,10 @@
 //   pull     pulls of the same batches, rows/s.
 // Both with the benchmark thread's CPU time per row (the figure to compare
 // on a shared machine). For dim 16 and 64, SGD and Adam (two slots).
+//   bsp      BSP steps of 4 workers, each pushing its own batch (end of
+//            step); the step closes at the last push and applies every
+//            key's sum: the wall time per step and the close's own, with
+//            the shard's default apply threads.
 //
 //   bazel run -c opt //server/shard:sparse_table_benchmark
 #include <time.h>
@@ -47,11 +51,13 @@ int64_t ThreadCpuNs() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
-JobSpec Spec(int dim, OptimizerSpec::Kind kind) {
+JobSpec Spec(int dim, OptimizerSpec::Kind kind,
+             ConsistencySpec::Model model = ConsistencySpec::ASP,
+             int workers = 1) {
   JobSpec spec;
   spec.set_name("bench");
-  spec.set_num_workers(1);
-  spec.mutable_consistency()->set_model(ConsistencySpec::ASP);
+  spec.set_num_workers(workers);
+  spec.mutable_consistency()->set_model(model);
   spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
   spec.mutable_optimizer()->set_learning_rate(0.01f);
   TensorSpec* t = spec.mutable_model()->add_tensors();
@@ -97,6 +103,66 @@ PullArgs PullOf(const std::vector<uint64_t>& keys) {
   v.keys = keys;
   args.sparse.push_back(v);
   return args;
+}
+
+PushArgs PushOf(int64_t worker, uint64_t seq, const std::vector<uint64_t>& keys,
+                int dim, absl::string_view grads) {
+  PushArgs args;
+  args.job_id = "bench";
+  args.worker_id = worker;
+  args.seq = seq;
+  SparseRowsView v;
+  v.table = 0;
+  v.dtype = FLOAT32;
+  v.num_rows = static_cast<int64_t>(keys.size());
+  v.dim = dim;
+  v.keys = keys;
+  v.rows = grads.substr(0, keys.size() * dim * sizeof(float));
+  args.sparse.push_back(v);
+  return args;
+}
+
+// BSP steps of kWorkers workers over Zipf batches: ms per step, and ms of
+// the closing push (the step's apply).
+void RunBsp(int dim, OptimizerSpec::Kind kind,
+            const std::vector<std::vector<uint64_t>>& batches) {
+  constexpr int kWorkers = 4;
+  ShardStoreOptions options;
+  options.apply_threads = DefaultApplyThreads();
+  auto store = *ShardStore::Create(options);
+  SetupJobRequest setup;
+  setup.set_job_id("bench");
+  *setup.mutable_spec() = Spec(dim, kind, ConsistencySpec::BSP, kWorkers);
+  setup.set_num_shards(1);
+  for (int w = 1; w <= kWorkers; ++w) setup.add_worker_ids(w);
+  if (!store->SetupJob(setup).ok()) std::abort();
+  std::vector<float> grads(4096 * dim, 0.001f);
+  const absl::string_view grad_bytes(reinterpret_cast<char*>(grads.data()),
+                                     grads.size() * sizeof(float));
+  int64_t steps = 0;
+  absl::Duration close;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(2)) {
+    for (int w = 1; w <= kWorkers; ++w) {
+      PushArgs args =
+          PushOf(w, steps + 1, batches[(steps * kWorkers + w) % batches.size()],
+                 dim, grad_bytes);
+      args.clock = steps;
+      args.base_version = steps;
+      args.end_of_step = true;
+      const absl::Time t = absl::Now();
+      if (!store->Push(args, absl::InfiniteFuture()).ok()) std::abort();
+      if (w == kWorkers) close += absl::Now() - t;
+    }
+    ++steps;
+  }
+  std::printf(
+      "dim %3d %-4s  BSP, %d workers, %d apply threads: %6.2f ms a step, the "
+      "close %6.2f ms\n",
+      dim, kind == OptimizerSpec::ADAM ? "Adam" : "SGD", kWorkers,
+      options.apply_threads,
+      absl::ToDoubleMilliseconds(absl::Now() - start) / steps,
+      absl::ToDoubleMilliseconds(close) / steps);
 }
 
 void Run(int dim, OptimizerSpec::Kind kind) {
@@ -202,6 +268,11 @@ int main() {
     for (auto kind : {ps::OptimizerSpec::SGD, ps::OptimizerSpec::ADAM}) {
       ps::server::Run(dim, kind);
     }
+  }
+  // After the memory figures: what BSP frees stays in the heap.
+  const auto batches = ps::server::ZipfBatches(64, 4096, 10000000, 1.05);
+  for (int dim : {16, 64}) {
+    ps::server::RunBsp(dim, ps::OptimizerSpec::SGD, batches);
   }
   return 0;
 }
