@@ -1,6 +1,7 @@
 #include "server/shard/sparse_row_map.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -93,6 +94,14 @@ SparseRowMap::~SparseRowMap() = default;
 int SparseRowMap::StripeOf(uint64_t key) const {
   if (stripe_bits_ == 0) return 0;
   return static_cast<int>(Mix64(key ^ kStripeSalt) >> (64 - stripe_bits_));
+}
+
+int SparseRowMap::PartOf(uint64_t key, int num_parts) {
+  // The top bits of the stripe's hash: a part is a range of stripes.
+  if (num_parts <= 1) return 0;
+  return static_cast<int>(
+      Mix64(key ^ kStripeSalt) >>
+      (64 - std::countr_zero(static_cast<unsigned>(num_parts))));
 }
 
 bool SparseRowMap::Bounded() const {

@@ -106,6 +106,12 @@ class SparseRowMap {
   SparseRowMap(const SparseRowMap&) = delete;
   SparseRowMap& operator=(const SparseRowMap&) = delete;
 
+  // Which of `num_parts` (a power of two, at most 64) parts `key` is in:
+  // keys of different parts are in different stripes, so ForRows calls on
+  // keys of different parts lock different stripes (when the map has at
+  // least num_parts stripes; LRU tables of small capacities have fewer).
+  static int PartOf(uint64_t key, int num_parts);
+
   // Floats per row: dim x (1 + num_slots).
   int row_floats() const { return row_floats_; }
 

@@ -190,7 +190,8 @@ absl::StatusOr<std::unique_ptr<PreparedGradient>> SparseTable::Prepare(
 }
 
 void SparseTable::ApplyRows(absl::Span<const uint64_t> keys, const float* grads,
-                            float lr, float scale, int64_t version) {
+                            absl::Span<const uint32_t> at, float lr,
+                            float scale, int64_t version) {
   const int dim = spec_.dim();
   auto init = [this](uint64_t key, float* values) { CreateRow(key, values); };
   const std::vector<uint8_t> admit = Admit(keys, /*count=*/false);
@@ -199,8 +200,8 @@ void SparseTable::ApplyRows(absl::Span<const uint64_t> keys, const float* grads,
       dropped_gradients_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    optimizer_->Apply(lr, scale, grads + i * dim, row.values, row.values + dim,
-                      &row.meta->steps, dim);
+    optimizer_->Apply(lr, scale, grads + size_t{at[i]} * dim, row.values,
+                      row.values + dim, &row.meta->steps, dim);
   };
   if (!rows_
            ->ForRows(keys, version, /*create=*/true, init, apply, nullptr,
@@ -246,6 +247,18 @@ SparseTable::WorkerStage& SparseTable::StageOf(int64_t worker_id) {
   return *stage;
 }
 
+void SparseTable::AddTo(KeySums& to, uint64_t key, const float* src) const {
+  const size_t dim = spec_.dim();
+  auto [it, inserted] =
+      to.index.try_emplace(key, static_cast<uint32_t>(to.sums.size() / dim));
+  if (inserted) {
+    to.sums.insert(to.sums.end(), src, src + dim);
+  } else {
+    float* dst = to.sums.data() + size_t{it->second} * dim;
+    for (size_t k = 0; k < dim; ++k) dst[k] += src[k];
+  }
+}
+
 StageResult SparseTable::Stage(const PushArgs&, PreparedGradient& gradient,
                                const StageRequest& request) {
   auto& g = static_cast<SparseGradient&>(gradient);
@@ -257,19 +270,15 @@ StageResult SparseTable::Stage(const PushArgs&, PreparedGradient& gradient,
   if (stage.step != request.step) {
     // What it staged for an earlier step was dropped at that step's close.
     stage.step = request.step;
-    stage.index.clear();
-    stage.sums.clear();
+    for (KeySums& part : stage.parts) part.Clear();
+    stage.keys = 0;
   }
+  stage.parts.resize(kStageParts);  // (a step close may have taken them)
   for (size_t i = 0; i < g.keys.size(); ++i) {
-    auto [it, inserted] = stage.index.try_emplace(
-        g.keys[i], static_cast<uint32_t>(stage.sums.size() / dim));
-    const float* src = g.grads.data() + i * dim;
-    if (inserted) {
-      stage.sums.insert(stage.sums.end(), src, src + dim);
-    } else {
-      float* dst = stage.sums.data() + size_t{it->second} * dim;
-      for (size_t k = 0; k < dim; ++k) dst[k] += src[k];
-    }
+    KeySums& part = stage.parts[SparseRowMap::PartOf(g.keys[i], kStageParts)];
+    const size_t before = part.index.size();
+    AddTo(part, g.keys[i], g.grads.data() + i * dim);
+    stage.keys += static_cast<int64_t>(part.index.size() - before);
   }
   rows_pushed_.fetch_add(static_cast<int64_t>(g.keys.size()),
                          std::memory_order_relaxed);
@@ -277,46 +286,85 @@ StageResult SparseTable::Stage(const PushArgs&, PreparedGradient& gradient,
 }
 
 void SparseTable::ApplyStep(int64_t step, absl::Span<const int64_t> workers,
-                            ApplyPool&) {
+                            ApplyPool& pool) {
   NoteVersion(step + 1);
-  const size_t dim = spec_.dim();
-  // The sum over the step's workers, per key.
-  absl::flat_hash_map<uint64_t, uint32_t> index;
-  std::vector<uint64_t> keys;
-  std::vector<float> sums;
   absl::MutexLock sl(&stage_mu_);
+  // The parts of the step's workers, taken out of their stages; the others'
+  // gradients of a closed step (late or backup workers) are dropped.
+  std::vector<WorkerStage*> counted;
+  std::vector<std::vector<KeySums>> taken;
   for (auto& [worker, stage] : stages_) {
     absl::MutexLock l(&stage->mu);
-    const bool counted =
-        stage->step == step &&
-        std::find(workers.begin(), workers.end(), worker) != workers.end();
-    if (counted) {
-      for (const auto& [key, at] : stage->index) {
-        const float* src = stage->sums.data() + size_t{at} * dim;
-        auto [it, inserted] =
-            index.try_emplace(key, static_cast<uint32_t>(keys.size()));
-        if (inserted) {
-          keys.push_back(key);
-          sums.insert(sums.end(), src, src + dim);
-        } else {
-          float* dst = sums.data() + size_t{it->second} * dim;
-          for (size_t k = 0; k < dim; ++k) dst[k] += src[k];
-        }
-      }
+    if (stage->step == step &&
+        std::find(workers.begin(), workers.end(), worker) != workers.end()) {
+      counted.push_back(stage.get());
+      taken.push_back(std::move(stage->parts));
+      stage->parts.clear();  // Stage makes them again if it needs them
     } else if (stage->step <= step) {
-      // A late or backup worker's gradient of a closed step: dropped.
-      dropped_gradients_.fetch_add(static_cast<int64_t>(stage->index.size()),
-                                   std::memory_order_relaxed);
+      dropped_gradients_.fetch_add(stage->keys, std::memory_order_relaxed);
+      for (KeySums& part : stage->parts) part.Clear();
+    } else {
+      continue;  // staged for a later step
     }
-    if (stage->step <= step) {
-      stage->step = -1;
-      stage->index.clear();
-      stage->sums.clear();
-    }
+    stage->step = -1;
+    stage->keys = 0;
   }
-  if (keys.empty() || workers.empty()) return;
-  ApplyRows(keys, sums.data(), optimizer_->LearningRate(step),
-            1.0f / static_cast<float>(workers.size()), step + 1);
+  if (!taken.empty() && !workers.empty()) {
+    ApplySums(taken, step, static_cast<int>(workers.size()), pool);
+  }
+  // The parts' memory goes back to their stages for the next steps.
+  for (size_t w = 0; w < counted.size(); ++w) {
+    for (KeySums& part : taken[w]) part.Clear();
+    absl::MutexLock l(&counted[w]->mu);
+    if (counted[w]->parts.empty()) counted[w]->parts = std::move(taken[w]);
+  }
+}
+
+void SparseTable::ApplySums(std::vector<std::vector<KeySums>>& taken,
+                            int64_t step, int num_workers, ApplyPool& pool) {
+  const float lr = optimizer_->LearningRate(step);
+  const float scale = 1.0f / static_cast<float>(num_workers);
+  const size_t dim = spec_.dim();
+  // Part p's sum over the workers, per key, into the first worker's part.
+  auto merge = [&](int p) -> KeySums& {
+    KeySums& sum = taken[0][p];
+    for (size_t w = 1; w < taken.size(); ++w) {
+      const KeySums& part = taken[w][p];
+      for (const auto& [key, at] : part.index) {
+        AddTo(sum, key, part.sums.data() + size_t{at} * dim);
+      }
+    }
+    return sum;
+  };
+  auto apply = [&](const KeySums& sum) {
+    std::vector<uint64_t> keys;
+    std::vector<uint32_t> at;
+    keys.reserve(sum.index.size());
+    at.reserve(sum.index.size());
+    for (const auto& [key, a] : sum.index) {
+      keys.push_back(key);
+      at.push_back(a);
+    }
+    ApplyRows(keys, sum.sums.data(), at, lr, scale, step + 1);
+  };
+  if (spec_.capacity() > 0 && spec_.eviction() != SparseTableSpec::LRU) {
+    // A capacity that evicts nothing: whether the step's new rows fit is
+    // decided for all of them together, so the step applies at once.
+    KeySums all;
+    for (int p = 0; p < kStageParts; ++p) {
+      const KeySums& sum = merge(p);
+      for (const auto& [key, at] : sum.index) {
+        AddTo(all, key, sum.sums.data() + size_t{at} * dim);
+      }
+    }
+    if (!all.index.empty()) apply(all);
+    return;
+  }
+  // Parts are disjoint in keys and in the row map's stripes.
+  pool.ParallelFor(kStageParts, [&](int64_t p) {
+    const KeySums& sum = merge(static_cast<int>(p));
+    if (!sum.index.empty()) apply(sum);
+  });
 }
 
 absl::Status SparseTable::CheckPull(const PullArgs& args) const {

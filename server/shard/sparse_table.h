@@ -114,12 +114,27 @@ class SparseTable final : public Table {
   const SparseTableSpec& spec() const { return spec_; }
 
  private:
+  // A BSP step's gradients are kept in kStageParts parts by
+  // SparseRowMap::PartOf, so that its close applies the parts in parallel
+  // (ApplyPool) on disjoint stripes of the row map.
+  static constexpr int kStageParts = 16;
+  // Gradients summed per key: dim floats per key.
+  struct KeySums {
+    absl::flat_hash_map<uint64_t, uint32_t> index;
+    std::vector<float> sums;
+    void Clear() {
+      index.clear();
+      sums.clear();
+    }
+  };
   // A BSP worker's gradients of one step, summed per key.
   struct WorkerStage {
     absl::Mutex mu;
     int64_t step ABSL_GUARDED_BY(mu) = -1;
-    absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
-    std::vector<float> sums ABSL_GUARDED_BY(mu);  // dim per key
+    // kStageParts (or none: a step close took them and has not given
+    // them back).
+    std::vector<KeySums> parts ABSL_GUARDED_BY(mu);
+    int64_t keys ABSL_GUARDED_BY(mu) = 0;
   };
 
   SparseTable(const std::string& job_id, const JobSpec& spec, int table_index,
@@ -138,11 +153,19 @@ class SparseTable final : public Table {
   // owns.
   absl::Status CheckKeysHere(absl::Span<const uint64_t> keys) const;
   WorkerStage& StageOf(int64_t worker_id);
-  // Applies `grads` (dim per key) to the rows of `keys` at `lr` x `scale`,
-  // creating rows; at capacity (BSP) applies to the existing rows only and
-  // counts the others' gradients dropped.
-  void ApplyRows(absl::Span<const uint64_t> keys, const float* grads, float lr,
-                 float scale, int64_t version);
+  // Applies a step's gradients, `taken` (per worker, its kStageParts
+  // parts), summed per key over the workers and divided by `num_workers`;
+  // the parts in parallel over `pool`.
+  void ApplySums(std::vector<std::vector<KeySums>>& taken, int64_t step,
+                 int num_workers, ApplyPool& pool);
+  // Adds `src` (dim floats) to key's sum in `to`.
+  void AddTo(KeySums& to, uint64_t key, const float* src) const;
+  // Applies the gradient of keys[i], the dim floats at grads + at[i] x dim,
+  // to its row at `lr` x `scale`, creating rows; at capacity (BSP) applies
+  // to the existing rows only and counts the others' gradients dropped.
+  void ApplyRows(absl::Span<const uint64_t> keys, const float* grads,
+                 absl::Span<const uint32_t> at, float lr, float scale,
+                 int64_t version);
   void NoteVersion(int64_t version);
   // Sets `gauges` from Status().
   void PublishGauges(const Gauges& gauges) const;

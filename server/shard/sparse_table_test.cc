@@ -475,6 +475,49 @@ TEST(SparseTable, BspSumsPerKeyAveragesOverWorkersAndDropsBackups) {
   EXPECT_EQ(status->sparse_tables(0).dropped_gradients(), 3);
 }
 
+// The same with the close spread over 4 apply threads, over enough keys to
+// fill every part of the staging (SparseTable::kStageParts), for 1 to 3
+// steps: each key's row moves by the sum of its workers' gradients over the
+// number of workers, at each step.
+TEST(SparseTable, BspCloseOnTheApplyPoolSumsAndAveragesEveryKey) {
+  for (int threads : {1, 4}) {
+    FakeClock clock;
+    auto store = NewStore(&clock, "", threads);
+    JobSpec spec = SparseSpec(ConsistencySpec::BSP);
+    spec.set_num_workers(4);
+    ASSERT_TRUE(store->SetupJob(JobSetup(spec, {1, 2, 3, 4})).ok());
+    std::vector<uint64_t> keys;
+    for (uint64_t k = 0; k < 600; ++k)
+      keys.push_back(k * 0x9E3779B97F4A7C15ull);
+    const std::vector<float> init = *PullRows(*store, keys);
+    // Worker w pushes w to keys whose index is a multiple of w (worker 1:
+    // every key, worker 4: a quarter of them).
+    std::vector<float> expected = init;
+    for (int64_t step = 0; step < 3; ++step) {
+      for (int64_t w = 1; w <= 4; ++w) {
+        std::vector<uint64_t> mine;
+        for (size_t i = 0; i < keys.size(); i += w) {
+          mine.push_back(keys[i]);
+          for (int k = 0; k < kDim; ++k) {
+            expected[i * kDim + k] -= static_cast<float>(w) / 4;
+          }
+        }
+        ASSERT_TRUE(PushRows(*store, w, step + 1, step,
+                             Grads(mine, kDim, static_cast<float>(w)), true)
+                        .ok());
+      }
+      EXPECT_EQ(Version(*store), step + 1);
+    }
+    const std::vector<float> w = *PullRows(*store, keys, 0, kDim, FLOAT32, 3);
+    ASSERT_EQ(w.size(), expected.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_NEAR(w[i], expected[i], 1e-4f * (1 + std::abs(expected[i])))
+          << "threads " << threads << ", key " << keys[i / kDim] << " element "
+          << i % kDim;
+    }
+  }
+}
+
 // Rows and their optimizer slots go into the checkpoints by key: taken on 2
 // shards, restored onto 3, they are the same rows and continue the same way.
 TEST(SparseTable, CheckpointOnTwoShardsRestoresOntoThree) {
