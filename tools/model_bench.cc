@@ -1,13 +1,17 @@
 // A layer model's CPU step time and, with --epochs, its accuracy when
 // trained in this one process (no parameter servers): the model of a job
-// config, its tensors initialised as the shards would, SGD with momentum
-// and the config's learning rate on this process's own buffers, evaluated
-// on the test set after each epoch. For the CNN's speed against PyTorch
-// (docs/performance.md) and for quick checks of a model and learning rate
-// before a cluster run; cluster runs are what the configs' targets name.
+// config, its tensors initialised as the shards would, updated by the
+// shards' own optimizer code (server/optimizer.h) with the config's
+// optimizer, learning-rate schedule and weight decay, evaluated on the test
+// set after each epoch. One step here is one BSP step of the job: a batch of
+// data.batch_size x num_workers examples (the mean of the workers'
+// gradients, as a BSP shard applies it), so the schedule's step counts
+// agree. For the CNN's speed against PyTorch (docs/performance.md) and for
+// quick checks of a model and optimizer before a cluster run; cluster runs
+// are what the configs' targets name.
 //
 //   bazel run -c opt //tools:model_bench -- --steps=20
-//   bazel run -c opt //tools:model_bench -- --epochs=2 --batch=512
+//   bazel run -c opt //tools:model_bench -- --epochs=8 --threads=2
 // (--config names the job config; the CNN's BSP config by default).
 #include <algorithm>
 #include <chrono>
@@ -25,6 +29,7 @@
 #include "common/initializer.h"
 #include "common/model.h"
 #include "kernels/cpu_backend.h"
+#include "server/optimizer.h"
 #include "worker/dataset.h"
 #include "worker/model/layer_model.h"
 
@@ -32,12 +37,15 @@ ABSL_FLAG(std::string, config, "configs/fashion_mnist_cnn_bsp.pbtxt",
           "Job config whose model to run (text format).");
 ABSL_FLAG(std::string, data, "",
           "Fashion-MNIST directory; empty: the config's data.path.");
-ABSL_FLAG(int, batch, 128, "Examples per step.");
+ABSL_FLAG(int, batch, 0,
+          "Examples per step; 0: 128 when timing (the batch of "
+          "tools/torch_cnn_step.py), data.batch_size x num_workers (one BSP "
+          "step) with --epochs.");
 ABSL_FLAG(int, steps, 20, "Timed steps (after 3 warm-up steps).");
 ABSL_FLAG(int, epochs, 0,
           "Train this many epochs instead of timing steps, evaluating after "
           "each.");
-ABSL_FLAG(float, lr, 0, "Learning rate; 0: the config's.");
+ABSL_FLAG(float, lr, 0, "Base learning rate; 0: the config's.");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads.");
 
 namespace ps {
@@ -100,8 +108,18 @@ int Run() {
     return 1;
   }
   worker::TrainableModel* m = model->get();
-  // Initial weights as the shards make them; momentum buffers.
-  std::vector<kernels::DeviceBuffer> velocity;
+  // Initial weights as the shards make them; the optimizer's slots.
+  OptimizerSpec opt_spec = spec->optimizer();
+  if (absl::GetFlag(FLAGS_lr) > 0) {
+    opt_spec.set_learning_rate(absl::GetFlag(FLAGS_lr));
+  }
+  auto optimizer = server::Optimizer::Create(opt_spec);
+  if (!optimizer.ok()) {
+    std::fprintf(stderr, "model_bench: %s\n",
+                 optimizer.status().ToString().c_str());
+    return 2;
+  }
+  std::vector<server::OptimizerSlots> slots(m->num_parameters());
   for (int i = 0; i < m->num_parameters(); ++i) {
     const TensorSpec& t = spec->model().tensors(i);
     std::vector<float> w(NumElements(t));
@@ -109,29 +127,31 @@ int Run() {
         !m->SetParameterRange(i, 0, w).ok()) {
       return 1;
     }
-    auto v = (*backend)->AllocateArray<float>(m->parameters()[i].size);
-    if (!v.ok() || !(*backend)->Fill(0.0f, v->Span<float>()).ok()) return 1;
-    velocity.push_back(*std::move(v));
+    (*optimizer)->InitSlots(m->parameters()[i].size, &slots[i]);
   }
-  const float lr = absl::GetFlag(FLAGS_lr) > 0
-                       ? absl::GetFlag(FLAGS_lr)
-                       : spec->optimizer().learning_rate();
-  const float momentum = spec->optimizer().momentum();
+  int64_t global_step = 0;
+  // The CPU backend's buffers are host memory: the optimizer updates them
+  // in place.
   auto step = [&](const worker::Batch& b) -> absl::StatusOr<float> {
     absl::StatusOr<float> loss = m->TrainStep(b, {});
     if (!loss.ok()) return loss;
+    const float lr = (*optimizer)->LearningRate(global_step++);
     for (int i = 0; i < m->num_parameters(); ++i) {
-      kernels::DeviceSpan<float> v =
-          velocity[i].Span<float>(m->parameters()[i].size);
-      absl::Status s = (*backend)->Scale(momentum, v);
-      if (s.ok()) s = (*backend)->Axpy(1.0f, m->gradient(i), v);
-      if (s.ok()) s = (*backend)->Axpy(-lr, v, m->parameter(i));
-      if (!s.ok()) return s;
+      kernels::DeviceSpan<const float> g = m->gradient(i);
+      kernels::DeviceSpan<float> w = m->parameter(i);
+      (*optimizer)
+          ->Apply(lr, 1.0f, absl::MakeConstSpan(g.data, g.size),
+                  absl::MakeSpan(w.data, w.size), &slots[i]);
     }
     return loss;
   };
 
-  const int batch = absl::GetFlag(FLAGS_batch);
+  const int worker_batch =
+      spec->data().batch_size() > 0 ? spec->data().batch_size() : 128;
+  const int batch = absl::GetFlag(FLAGS_batch) > 0 ? absl::GetFlag(FLAGS_batch)
+                    : absl::GetFlag(FLAGS_epochs) == 0
+                        ? 128
+                        : worker_batch * std::max(1, spec->num_workers());
   std::vector<int64_t> ids((*train)->num_examples);
   std::iota(ids.begin(), ids.end(), 0);
   std::mt19937_64 rng(spec->data().shuffle_seed());
@@ -157,8 +177,8 @@ int Run() {
     }
     std::sort(ms.begin(), ms.end());
     std::printf(
-        "model_bench: %s, batch %d, %d BLAS thread(s): step (train + SGD "
-        "momentum) median %.1f ms, min %.1f, max %.1f over %d steps\n",
+        "model_bench: %s, batch %d, %d BLAS thread(s): step (train + "
+        "optimizer) median %.1f ms, min %.1f, max %.1f over %d steps\n",
         spec->name().c_str(), batch, absl::GetFlag(FLAGS_threads),
         ms[ms.size() / 2], ms.front(), ms.back(), steps);
     return 0;
@@ -181,9 +201,10 @@ int Run() {
       correct += e->correct;
     }
     std::printf(
-        "model_bench: epoch %d train loss %.4f test accuracy %.4f "
-        "(%.0f s)\n",
-        epoch + 1, loss_sum / n,
+        "model_bench: epoch %d (step %lld, lr %.5f) train loss %.4f test "
+        "accuracy %.4f (%.0f s)\n",
+        epoch + 1, static_cast<long long>(global_step),
+        (*optimizer)->LearningRate(global_step), loss_sum / n,
         static_cast<double>(correct) / (*test)->num_examples,
         Seconds(start, Clock::now()));
     std::fflush(stdout);
