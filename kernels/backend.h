@@ -1,7 +1,7 @@
 #ifndef PS_KERNELS_BACKEND_H_
 #define PS_KERNELS_BACKEND_H_
 
-// The backend-neutral op API. Model code (kernels/mlp.h, worker/) sees only
+// The backend-neutral op API. Model code (worker/model/) sees only
 // `Backend`, `DeviceBuffer` and the views below; kernels/cpu_backend.h and
 // kernels/cuda_backend.h create the two implementations.
 

@@ -4,17 +4,54 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/blas_check.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
 
 namespace ps::kernels::bench {
 
 int blas_threads = 1;
+
+int BenchmarkMain(int argc, char** argv) {
+  bool blas_check = true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--blas_check=false") == 0) blas_check = false;
+  }
+  // First, with argv as it came: it may restart this process.
+  const BlasStartupResult blas =
+      RunBlasStartupCheck(blas_check,
+                          MakeBlasCheckEnv(std::getenv(kBlasCoreTypeVariable),
+                                           std::getenv(kBlasRestartMarker)),
+                          argv);
+  std::fprintf(stderr, "blas: %s\n", blas.message.c_str());
+  benchmark::AddCustomContext("blas_core", blas.core);
+  benchmark::AddCustomContext("blas_cpu", DescribeCpu(DetectCpuFeatures()));
+  // Take our flags out before Google Benchmark sees them.
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    constexpr char kFlag[] = "--blas_threads=";
+    if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
+      blas_threads = std::atoi(argv[i] + sizeof(kFlag) - 1);
+      if (blas_threads < 1) blas_threads = 1;
+    } else if (std::strncmp(argv[i], "--blas_check=", 13) != 0) {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
 
 std::vector<float> RandomVector(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

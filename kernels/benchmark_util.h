@@ -1,6 +1,7 @@
-// What the kernels_benchmark binary's files share: the BLAS thread bound
-// set from --blas_threads, random operands, backends, uploads, medians and
-// the clock the layer benchmarks time with.
+// What the benchmarks over the op API share (kernels_benchmark's files and
+// worker/model's mlp_benchmark): their main(), the BLAS thread bound set
+// from --blas_threads, random operands, backends, uploads, medians and the
+// clock the layer benchmarks time with.
 #ifndef PS_KERNELS_BENCHMARK_UTIL_H_
 #define PS_KERNELS_BENCHMARK_UTIL_H_
 
@@ -15,8 +16,17 @@
 
 namespace ps::kernels::bench {
 
-// OpenBLAS's threads and the CPU backend's, from --blas_threads (main()).
+// OpenBLAS's threads and the CPU backend's, from --blas_threads
+// (BenchmarkMain).
 extern int blas_threads;
+
+// A benchmark binary's main(): the BLAS start-up check (kernels/
+// blas_check.h; --blas_check=false keeps OpenBLAS's own choice, otherwise a
+// fallback to generic kernels is corrected by a restart of the process),
+// --blas_threads=N (default 1), the BLAS core (blas_core) and the CPU's
+// features (blas_cpu) in the header, then Google Benchmark with the other
+// flags. Returns the process's exit code.
+int BenchmarkMain(int argc, char** argv);
 
 // The batch of the MLP step and of the CNN's layers.
 constexpr int64_t kBatch = 128;

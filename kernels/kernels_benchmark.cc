@@ -1,7 +1,7 @@
-// GEMM through the op API next to OpenBLAS called directly, and one training
-// step of the 784-256-128-10 MLP at batch 128; the layer ops at the shapes
-// of the Fashion-MNIST CNN (conv_benchmark.cc) and of embedding models
-// (embedding_bag_benchmark.cc) are cases of the same binary.
+// GEMM through the op API next to OpenBLAS called directly; the layer ops at
+// the shapes of the Fashion-MNIST CNN (conv_benchmark.cc) and of embedding
+// models (embedding_bag_benchmark.cc) are cases of the same binary. (The
+// MLP's training step is worker/model/mlp_benchmark.cc.)
 //
 //   bazel run -c opt //kernels:kernels_benchmark -- --blas_threads=1
 //
@@ -17,8 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,8 +24,6 @@
 #include "benchmark/benchmark.h"
 #include "kernels/backend.h"
 #include "kernels/benchmark_util.h"
-#include "kernels/blas_check.h"
-#include "kernels/mlp.h"
 
 namespace ps::kernels::bench {
 namespace {
@@ -137,132 +133,10 @@ void BM_GemmBackendVsCblas(benchmark::State& state) {
 }
 
 BENCHMARK(BM_GemmBackendVsCblas)->Apply(GemmShapes)->UseRealTime();
-const std::vector<int64_t> kLayers = {784, 256, 128, 10};
-
-// The GEMMs one MLP step issues, with the same shapes, through the backend.
-absl::Status StepGemms(Backend& backend, const std::vector<DeviceBuffer>& acts,
-                       const std::vector<DeviceBuffer>& weights,
-                       const DeviceBuffer& delta, const DeviceBuffer& out) {
-  const int layers = static_cast<int>(kLayers.size()) - 1;
-  for (int i = 0; i < layers; ++i) {  // forward
-    absl::Status s =
-        backend.Gemm(Transpose::kNo, Transpose::kNo, 1.0f,
-                     acts[i].Matrix<float>(kBatch, kLayers[i]),
-                     weights[i].Matrix<float>(kLayers[i], kLayers[i + 1]), 0.0f,
-                     acts[i + 1].Matrix<float>(kBatch, kLayers[i + 1]));
-    if (!s.ok()) return s;
-  }
-  for (int i = layers - 1; i >= 0; --i) {  // backward
-    absl::Status s =
-        backend.Gemm(Transpose::kYes, Transpose::kNo, 1.0f,
-                     acts[i].Matrix<float>(kBatch, kLayers[i]),
-                     delta.Matrix<float>(kBatch, kLayers[i + 1]), 0.0f,
-                     out.Matrix<float>(kLayers[i], kLayers[i + 1]));
-    if (!s.ok()) return s;
-    if (i == 0) break;
-    s = backend.Gemm(Transpose::kNo, Transpose::kYes, 1.0f,
-                     delta.Matrix<float>(kBatch, kLayers[i + 1]),
-                     weights[i].Matrix<float>(kLayers[i], kLayers[i + 1]), 0.0f,
-                     out.Matrix<float>(kBatch, kLayers[i]));
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-void MlpStep(benchmark::State& state, bool cuda) {
-  std::unique_ptr<Backend> backend = MakeBackend(state, cuda);
-  if (backend == nullptr) return;
-  absl::StatusOr<std::unique_ptr<Mlp>> mlp =
-      Mlp::Create(backend.get(), {.layer_sizes = kLayers});
-  if (!mlp.ok() || !(*mlp)->InitializeParameters(1).ok()) {
-    state.SkipWithError("Mlp::Create failed");
-    return;
-  }
-  const std::vector<float> images = RandomVector(kBatch * kLayers[0], 3);
-  std::vector<int32_t> labels(kBatch);
-  for (int64_t i = 0; i < kBatch; ++i) labels[i] = static_cast<int32_t>(i % 10);
-  for (auto _ : state) {
-    absl::StatusOr<float> loss = (*mlp)->TrainStep(images, labels);
-    if (!loss.ok()) {
-      state.SkipWithError(std::string(loss.status().message()).c_str());
-      return;
-    }
-    benchmark::DoNotOptimize(*loss);
-  }
-
-  // Share outside GEMM: outside the timed loop, alternate one step and the
-  // step's GEMMs alone (same shapes, same backend); compare the medians, so
-  // both halves see the same machine load.
-  std::vector<DeviceBuffer> acts, weights;
-  for (int64_t size : kLayers) {
-    acts.push_back(Upload(*backend, RandomVector(kBatch * size, 4)));
-  }
-  for (size_t i = 0; i + 1 < kLayers.size(); ++i) {
-    weights.push_back(
-        Upload(*backend, RandomVector(kLayers[i] * kLayers[i + 1], 5)));
-  }
-  DeviceBuffer delta = Upload(*backend, RandomVector(kBatch * 256, 6));
-  DeviceBuffer out = *backend->AllocateArray<float>(784 * 256);
-  const int reps = static_cast<int>(std::min<int64_t>(state.iterations(), 500));
-  using Clock = std::chrono::steady_clock;
-  std::vector<double> step_s, gemm_s;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    (void)(*mlp)->TrainStep(images, labels);
-    const auto t1 = Clock::now();
-    (void)StepGemms(*backend, acts, weights, delta, out);
-    (void)backend->Synchronize();
-    const auto t2 = Clock::now();
-    step_s.push_back(std::chrono::duration<double>(t1 - t0).count());
-    gemm_s.push_back(std::chrono::duration<double>(t2 - t1).count());
-  }
-  const double step = Median(step_s), gemm = Median(gemm_s);
-  state.counters["step_ms_median"] = 1e3 * step;
-  state.counters["gemm_ms_median"] = 1e3 * gemm;
-  state.counters["non_gemm_share"] = 1.0 - gemm / step;
-}
-
-void BM_CpuMlpTrainStep(benchmark::State& state) { MlpStep(state, false); }
-void BM_CudaMlpTrainStep(benchmark::State& state) { MlpStep(state, true); }
-
-BENCHMARK(BM_CpuMlpTrainStep)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_CudaMlpTrainStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace ps::kernels::bench
 
 int main(int argc, char** argv) {
-  bool blas_check = true;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--blas_check=false") == 0) blas_check = false;
-  }
-  // First, with argv as it came: it may restart this process.
-  const ps::kernels::BlasStartupResult blas = ps::kernels::RunBlasStartupCheck(
-      blas_check,
-      ps::kernels::MakeBlasCheckEnv(
-          std::getenv(ps::kernels::kBlasCoreTypeVariable),
-          std::getenv(ps::kernels::kBlasRestartMarker)),
-      argv);
-  std::fprintf(stderr, "blas: %s\n", blas.message.c_str());
-  benchmark::AddCustomContext("blas_core", blas.core);
-  benchmark::AddCustomContext(
-      "blas_cpu", ps::kernels::DescribeCpu(ps::kernels::DetectCpuFeatures()));
-  // Take our flags out before Google Benchmark sees them.
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    constexpr char kFlag[] = "--blas_threads=";
-    if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
-      ps::kernels::bench::blas_threads = std::atoi(argv[i] + sizeof(kFlag) - 1);
-      if (ps::kernels::bench::blas_threads < 1)
-        ps::kernels::bench::blas_threads = 1;
-    } else if (std::strncmp(argv[i], "--blas_check=", 13) != 0) {
-      argv[kept++] = argv[i];
-    }
-  }
-  argc = kept;
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return ps::kernels::bench::BenchmarkMain(argc, argv);
 }

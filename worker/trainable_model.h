@@ -1,8 +1,9 @@
 // The model as the step pipeline (worker/step_pipeline.h) and the evaluator
 // (worker/evaluator.h) see it: dense parameter tensors to pull weights into
 // and push gradients from, a train step with hooks for overlapping the
-// transfers, and evaluation. kernels::Mlp is one (worker/mlp_model.h); the
-// layer-DAG models of the worker's model layer are meant to be others.
+// transfers, and evaluation. Both models of the worker's model layer are
+// ones: the MLP of a job's MlpSpec (worker/model/mlp_model.h) and the layer
+// DAGs (worker/model/layer_model.h).
 //
 // Sparse embedding tables: a model with tables (worker/model/layer_model.h)
 // trains on batches of the data readers (worker/data/batch.h), whose sparse

@@ -11,8 +11,8 @@
 #include "worker/batch_prefetcher.h"
 #include "worker/data_trainer.h"
 #include "worker/evaluator.h"
-#include "worker/mlp_model.h"
 #include "worker/model/layer_model.h"
+#include "worker/model/mlp_model.h"
 #include "worker/plan_batches.h"
 #include "worker/step_pipeline.h"
 #include "worker/trainable_model.h"
@@ -176,7 +176,8 @@ absl::StatusOr<TrainResult> Train(
       HasLayers(spec.model())
           ? model::CreateLayerModel(spec.model(), train->example_size(),
                                     backend)
-          : CreateMlpModel(spec.model(), train->example_size(), backend));
+          : model::CreateMlpModel(spec.model(), train->example_size(),
+                                  backend));
   const int num_shards = std::max(1, a.num_data_shards());
   PS_ASSIGN_OR_RETURN(const StepBudget budget,
                       BudgetFor(spec, train->num_examples, num_shards));

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu_backend.h"
-#include "worker/mlp_model.h"
+#include "worker/model/mlp_model.h"
 #include "worker/model/model_test_util.h"
 
 namespace ps::worker::model {
@@ -46,7 +46,7 @@ void Sgd(kernels::Backend* b, TrainableModel* m, float lr) {
 class MlpShorthandTest : public ::testing::TestWithParam<Activation> {};
 
 // Every existing config keeps training exactly as before: the MLP
-// shorthand run as layers gives kernels::Mlp's losses, gradients and
+// shorthand run as layers gives the Mlp's (mlp.h) losses, gradients and
 // evaluation bit for bit.
 TEST_P(MlpShorthandTest, MatchesKernelsMlpBitForBit) {
   ModelSpec spec;

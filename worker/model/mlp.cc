@@ -1,13 +1,21 @@
-#include "kernels/mlp.h"
+#include "worker/model/mlp.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "common/status.h"
 
-namespace ps::kernels {
+namespace ps::worker::model {
+
+using kernels::Activation;
+using kernels::Backend;
+using kernels::DeviceBuffer;
+using kernels::DeviceMatrix;
+using kernels::DeviceSpan;
+using kernels::Initializer;
+using kernels::Transpose;
 
 Mlp::Mlp(Backend* backend, const MlpOptions& options)
     : backend_(backend),
@@ -44,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(Backend* backend,
     return absl::InvalidArgumentError("Mlp: unknown activation");
   }
   auto mlp = std::unique_ptr<Mlp>(new Mlp(backend, options));
-  PS_KERNELS_RETURN_IF_ERROR(mlp->Allocate());
+  PS_RETURN_IF_ERROR(mlp->Allocate());
   return mlp;
 }
 
@@ -54,9 +62,8 @@ absl::Status Mlp::Allocate() {
     if (!param.ok()) return param.status();
     absl::StatusOr<DeviceBuffer> grad = backend_->AllocateArray<float>(p.size);
     if (!grad.ok()) return grad.status();
-    PS_KERNELS_RETURN_IF_ERROR(
-        backend_->Fill(0.0f, param->Span<float>(p.size)));
-    PS_KERNELS_RETURN_IF_ERROR(backend_->Fill(0.0f, grad->Span<float>(p.size)));
+    PS_RETURN_IF_ERROR(backend_->Fill(0.0f, param->Span<float>(p.size)));
+    PS_RETURN_IF_ERROR(backend_->Fill(0.0f, grad->Span<float>(p.size)));
     params_.push_back(*std::move(param));
     grads_.push_back(*std::move(grad));
   }
@@ -120,17 +127,17 @@ absl::Status Mlp::InitializeParameters(uint64_t seed) {
     const ParameterInfo& p = info_[i];
     DeviceSpan<float> dst = params_[i].Span<float>(p.size);
     if (p.shape.size() == 2) {
-      PS_KERNELS_RETURN_IF_ERROR(
+      PS_RETURN_IF_ERROR(
           backend_->Initialize(kind, seed + i, p.shape[0], p.shape[1], dst));
     } else {
-      PS_KERNELS_RETURN_IF_ERROR(backend_->Fill(0.0f, dst));
+      PS_RETURN_IF_ERROR(backend_->Fill(0.0f, dst));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status Mlp::SetParameter(int index, absl::Span<const float> host) {
-  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  PS_RETURN_IF_ERROR(CheckIndex(index));
   const ParameterInfo& p = info_[index];
   if (static_cast<int64_t>(host.size()) != p.size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -142,7 +149,7 @@ absl::Status Mlp::SetParameter(int index, absl::Span<const float> host) {
 
 absl::Status Mlp::SetParameterFromDevice(int index,
                                          DeviceSpan<const float> src) {
-  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  PS_RETURN_IF_ERROR(CheckIndex(index));
   const ParameterInfo& p = info_[index];
   if (src.size != p.size || src.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -154,7 +161,7 @@ absl::Status Mlp::SetParameterFromDevice(int index,
 }
 
 absl::Status Mlp::GetParameter(int index, absl::Span<float> host) {
-  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  PS_RETURN_IF_ERROR(CheckIndex(index));
   const ParameterInfo& p = info_[index];
   if (static_cast<int64_t>(host.size()) != p.size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -175,7 +182,7 @@ DeviceSpan<const float> Mlp::gradient(int index) const {
 }
 
 absl::Status Mlp::GetGradient(int index, absl::Span<float> host) {
-  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  PS_RETURN_IF_ERROR(CheckIndex(index));
   const ParameterInfo& p = info_[index];
   if (static_cast<int64_t>(host.size()) != p.size) {
     return absl::InvalidArgumentError(
@@ -188,7 +195,7 @@ absl::Status Mlp::GetGradient(int index, absl::Span<float> host) {
 
 absl::Status Mlp::SwapBuffer(std::vector<DeviceBuffer>& buffers, int index,
                              DeviceBuffer& other, const char* what) {
-  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  PS_RETURN_IF_ERROR(CheckIndex(index));
   if (other.data() == nullptr ||
       other.bytes() < info_[index].size * static_cast<int64_t>(sizeof(float))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -208,7 +215,7 @@ absl::Status Mlp::SwapGradientBuffer(int index, DeviceBuffer& other) {
 }
 
 absl::Status Mlp::CheckRange(int index, int64_t offset, size_t size) const {
-  PS_KERNELS_RETURN_IF_ERROR(CheckIndex(index));
+  PS_RETURN_IF_ERROR(CheckIndex(index));
   const ParameterInfo& p = info_[index];
   if (offset < 0 || offset > p.size ||
       static_cast<int64_t>(size) > p.size - offset) {
@@ -221,7 +228,7 @@ absl::Status Mlp::CheckRange(int index, int64_t offset, size_t size) const {
 
 absl::Status Mlp::SetParameterRange(int index, int64_t offset,
                                     absl::Span<const float> host) {
-  PS_KERNELS_RETURN_IF_ERROR(CheckRange(index, offset, host.size()));
+  PS_RETURN_IF_ERROR(CheckRange(index, offset, host.size()));
   if (host.empty()) return absl::OkStatus();
   return backend_->CopyToDevice(
       host.data(), params_[index].Span<float>(info_[index].size).data + offset,
@@ -230,7 +237,7 @@ absl::Status Mlp::SetParameterRange(int index, int64_t offset,
 
 absl::Status Mlp::GetGradientRange(int index, int64_t offset,
                                    absl::Span<float> host) {
-  PS_KERNELS_RETURN_IF_ERROR(CheckRange(index, offset, host.size()));
+  PS_RETURN_IF_ERROR(CheckRange(index, offset, host.size()));
   if (host.empty()) return absl::OkStatus();
   return backend_->CopyToHost(
       grads_[index].Span<float>(info_[index].size).data + offset, host.data(),
@@ -254,11 +261,11 @@ absl::StatusOr<int64_t> Mlp::LoadBatch(absl::Span<const float> images,
                        " is outside [0, ", classes, ")"));
     }
   }
-  PS_KERNELS_RETURN_IF_ERROR(EnsureBatchCapacity(batch));
-  PS_KERNELS_RETURN_IF_ERROR(backend_->CopyToDevice(
+  PS_RETURN_IF_ERROR(EnsureBatchCapacity(batch));
+  PS_RETURN_IF_ERROR(backend_->CopyToDevice(
       images.data(), acts_[0].data(),
       static_cast<int64_t>(images.size() * sizeof(float))));
-  PS_KERNELS_RETURN_IF_ERROR(backend_->CopyToDevice(
+  PS_RETURN_IF_ERROR(backend_->CopyToDevice(
       labels.data(), labels_.data(),
       static_cast<int64_t>(labels.size() * sizeof(int32_t))));
   return batch;
@@ -297,22 +304,22 @@ absl::Status Mlp::Forward(int64_t batch, const StepHooks* hooks,
       const int64_t width = sizes_[1];
       for (size_t k = 0; k + 1 < blocks.size(); ++k) {
         const int64_t r0 = blocks[k], r1 = blocks[k + 1];
-        PS_KERNELS_RETURN_IF_ERROR(use(0, r0 * width, r1 * width));
-        PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+        PS_RETURN_IF_ERROR(use(0, r0 * width, r1 * width));
+        PS_RETURN_IF_ERROR(backend_->Gemm(
             Transpose::kNo, Transpose::kNo, 1.0f,
             DeviceMatrix<const float>(in.data + r0, batch, r1 - r0, sizes_[0]),
             DeviceMatrix<const float>(w.data + r0 * width, r1 - r0, width),
             k == 0 ? 0.0f : 1.0f, out));
       }
     } else {
-      PS_KERNELS_RETURN_IF_ERROR(use(2 * i, 0, w.size()));
-      PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kNo,
-                                                1.0f, in, w, 0.0f, out));
+      PS_RETURN_IF_ERROR(use(2 * i, 0, w.size()));
+      PS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kNo, 1.0f,
+                                        in, w, 0.0f, out));
     }
-    PS_KERNELS_RETURN_IF_ERROR(use(2 * i + 1, 0, b.size));
-    PS_KERNELS_RETURN_IF_ERROR(backend_->BiasAdd(b, out));
+    PS_RETURN_IF_ERROR(use(2 * i + 1, 0, b.size));
+    PS_RETURN_IF_ERROR(backend_->BiasAdd(b, out));
     if (i + 1 < num_layers()) {
-      PS_KERNELS_RETURN_IF_ERROR(
+      PS_RETURN_IF_ERROR(
           backend_->ActivationForward(activation_, out.flat(), out.flat()));
     }
   }
@@ -337,16 +344,16 @@ absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
   absl::StatusOr<int64_t> batch_or = LoadBatch(images, labels);
   if (!batch_or.ok()) return batch_or.status();
   const int64_t batch = *batch_or;
-  PS_KERNELS_RETURN_IF_ERROR(Forward(batch, &hooks, blocks));
+  PS_RETURN_IF_ERROR(Forward(batch, &hooks, blocks));
 
   const int last = num_layers() - 1;
   int cur = 0;
   DeviceMatrix<float> dz = delta_[cur].Matrix<float>(batch, sizes_.back());
-  PS_KERNELS_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
+  PS_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
       acts_[last + 1].Matrix<float>(batch, sizes_.back()),
       labels_.Span<int32_t>(batch), loss_.Span<float>(1), dz));
   if (hooks.before_backward) {
-    PS_KERNELS_RETURN_IF_ERROR(hooks.before_backward());
+    PS_RETURN_IF_ERROR(hooks.before_backward());
   }
   auto part = [&](int index, int64_t begin, int64_t end) {
     if (hooks.on_gradient_part) hooks.on_gradient_part(index, begin, end);
@@ -365,7 +372,7 @@ absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
       const int64_t width = sizes_[1];
       for (size_t k = 0; k + 1 < blocks.size(); ++k) {
         const int64_t r0 = blocks[k], r1 = blocks[k + 1];
-        PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+        PS_RETURN_IF_ERROR(backend_->Gemm(
             Transpose::kYes, Transpose::kNo, 1.0f,
             DeviceMatrix<const float>(in.data + r0, batch, r1 - r0, sizes_[0]),
             dz, 0.0f,
@@ -373,10 +380,10 @@ absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
         part(0, r0 * width, r1 * width);
       }
     } else {
-      PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kYes, Transpose::kNo,
-                                                1.0f, in, dz, 0.0f, dw));
+      PS_RETURN_IF_ERROR(backend_->Gemm(Transpose::kYes, Transpose::kNo, 1.0f,
+                                        in, dz, 0.0f, dw));
     }
-    PS_KERNELS_RETURN_IF_ERROR(
+    PS_RETURN_IF_ERROR(
         backend_->BiasGrad(dz, grads_[2 * i + 1].Span<float>(sizes_[i + 1])));
     DeviceMatrix<float> din;
     if (i > 0) {
@@ -384,11 +391,11 @@ absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
       // before the gradients are handed out, as it is the step's last read
       // of W (a worker may then overwrite it with the next step's weights).
       din = delta_[1 - cur].Matrix<float>(batch, sizes_[i]);
-      PS_KERNELS_RETURN_IF_ERROR(backend_->Gemm(
+      PS_RETURN_IF_ERROR(backend_->Gemm(
           Transpose::kNo, Transpose::kYes, 1.0f, dz,
           params_[2 * i].Matrix<float>(sizes_[i], sizes_[i + 1]), 0.0f, din));
-      PS_KERNELS_RETURN_IF_ERROR(backend_->ActivationBackward(
-          activation_, in.flat(), din.flat(), din.flat()));
+      PS_RETURN_IF_ERROR(backend_->ActivationBackward(activation_, in.flat(),
+                                                      din.flat(), din.flat()));
     }
     if (i > 0 || blocks.size() <= 2) part(2 * i, 0, dw.size());
     ready(2 * i);
@@ -399,8 +406,7 @@ absl::StatusOr<float> Mlp::TrainStep(absl::Span<const float> images,
     dz = din;
   }
   float loss = 0.0f;
-  PS_KERNELS_RETURN_IF_ERROR(
-      backend_->CopyToHost(loss_.data(), &loss, sizeof(loss)));
+  PS_RETURN_IF_ERROR(backend_->CopyToHost(loss_.data(), &loss, sizeof(loss)));
   return loss;
 }
 
@@ -409,20 +415,19 @@ absl::StatusOr<Mlp::Evaluation> Mlp::Evaluate(
   absl::StatusOr<int64_t> batch_or = LoadBatch(images, labels);
   if (!batch_or.ok()) return batch_or.status();
   const int64_t batch = *batch_or;
-  PS_KERNELS_RETURN_IF_ERROR(Forward(batch));
+  PS_RETURN_IF_ERROR(Forward(batch));
   DeviceMatrix<const float> logits =
       acts_.back().Matrix<float>(batch, sizes_.back());
-  PS_KERNELS_RETURN_IF_ERROR(
+  PS_RETURN_IF_ERROR(
       backend_->SoftmaxCrossEntropy(logits, labels_.Span<int32_t>(batch),
                                     loss_.Span<float>(1), std::nullopt));
-  PS_KERNELS_RETURN_IF_ERROR(
-      backend_->Argmax(logits, argmax_.Span<int32_t>(batch)));
+  PS_RETURN_IF_ERROR(backend_->Argmax(logits, argmax_.Span<int32_t>(batch)));
   std::vector<int32_t> predicted(static_cast<size_t>(batch));
-  PS_KERNELS_RETURN_IF_ERROR(
+  PS_RETURN_IF_ERROR(
       backend_->CopyToHost(argmax_.data(), predicted.data(),
                            batch * static_cast<int64_t>(sizeof(int32_t))));
   Evaluation eval;
-  PS_KERNELS_RETURN_IF_ERROR(
+  PS_RETURN_IF_ERROR(
       backend_->CopyToHost(loss_.data(), &eval.loss, sizeof(eval.loss)));
   eval.examples = batch;
   for (int64_t r = 0; r < batch; ++r) {
@@ -431,4 +436,4 @@ absl::StatusOr<Mlp::Evaluation> Mlp::Evaluate(
   return eval;
 }
 
-}  // namespace ps::kernels
+}  // namespace ps::worker::model

@@ -1,5 +1,9 @@
-#ifndef PS_KERNELS_MLP_H_
-#define PS_KERNELS_MLP_H_
+// A multi-layer perceptron with softmax cross-entropy over the kernels' op
+// API: the model a job's MlpSpec describes, behind the TrainableModel seam
+// through mlp_model.h. (It used to live in kernels/, which keeps only the op
+// API and its backends.)
+#ifndef PS_WORKER_MODEL_MLP_H_
+#define PS_WORKER_MODEL_MLP_H_
 
 #include <cstdint>
 #include <functional>
@@ -11,23 +15,15 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
+#include "worker/trainable_model.h"
 
-namespace ps::kernels {
+namespace ps::worker::model {
 
 struct MlpOptions {
   // {input, hidden..., classes}, e.g. {784, 256, 128, 10}; at least two sizes.
   std::vector<int64_t> layer_sizes;
   // Applied after every layer but the last (whose output is the logits).
-  Activation activation = Activation::kRelu;
-};
-
-// The parameter tensors, in the order the parameter server uses
-// (common/model.h): "fc<i>/weight" [in, out], then "fc<i>/bias" [out], for
-// i = 0, 1, ...
-struct ParameterInfo {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t size = 0;  // elements
+  kernels::Activation activation = kernels::Activation::kRelu;
 };
 
 // A multi-layer perceptron with softmax cross-entropy loss, over the op API
@@ -49,13 +45,16 @@ struct ParameterInfo {
 // outside [0, classes); the backend's errors otherwise.
 class Mlp {
  public:
-  static absl::StatusOr<std::unique_ptr<Mlp>> Create(Backend* backend,
+  static absl::StatusOr<std::unique_ptr<Mlp>> Create(kernels::Backend* backend,
                                                      const MlpOptions& options);
 
   Mlp(const Mlp&) = delete;
   Mlp& operator=(const Mlp&) = delete;
   ~Mlp();
 
+  // The parameter tensors, in the order the parameter server uses
+  // (common/model.h): "fc<i>/weight" [in, out], then "fc<i>/bias" [out], for
+  // i = 0, 1, ...
   const std::vector<ParameterInfo>& parameters() const { return info_; }
   int num_parameters() const { return static_cast<int>(info_.size()); }
   // Index of the named parameter, or -1.
@@ -69,11 +68,12 @@ class Mlp {
   // Parameter `index` from host fp32 (exactly parameters()[index].size
   // values), or from device memory of the same backend.
   absl::Status SetParameter(int index, absl::Span<const float> host);
-  absl::Status SetParameterFromDevice(int index, DeviceSpan<const float> src);
+  absl::Status SetParameterFromDevice(int index,
+                                      kernels::DeviceSpan<const float> src);
   absl::Status GetParameter(int index, absl::Span<float> host);
   // Parameter `index` in device memory (empty span for a bad index), e.g. for
   // a local optimizer step with Backend::Axpy.
-  DeviceSpan<float> parameter(int index);
+  kernels::DeviceSpan<float> parameter(int index);
 
   // One forward and backward pass over a batch: images [batch, input]
   // row-major, labels [batch]. Returns the mean loss; afterwards gradient(i)
@@ -130,7 +130,7 @@ class Mlp {
                                 absl::Span<float> host);
 
   // The gradients of the last TrainStep: on the device, or copied to host.
-  DeviceSpan<const float> gradient(int index) const;
+  kernels::DeviceSpan<const float> gradient(int index) const;
   absl::Status GetGradient(int index, absl::Span<float> host);
 
   // Exchange parameter `index`'s buffer, or its gradient's, with `other`, a
@@ -139,8 +139,8 @@ class Mlp {
   // current ones, or still sends a step's gradient while the next step's
   // backward runs (backward writes every gradient element, whatever the
   // buffer held). INVALID_ARGUMENT for a bad index or a buffer too small.
-  absl::Status SwapParameterBuffer(int index, DeviceBuffer& other);
-  absl::Status SwapGradientBuffer(int index, DeviceBuffer& other);
+  absl::Status SwapParameterBuffer(int index, kernels::DeviceBuffer& other);
+  absl::Status SwapGradientBuffer(int index, kernels::DeviceBuffer& other);
 
   struct Evaluation {
     float loss = 0.0f;    // mean over the batch
@@ -152,7 +152,7 @@ class Mlp {
                                       absl::Span<const int32_t> labels);
 
  private:
-  Mlp(Backend* backend, const MlpOptions& options);
+  Mlp(kernels::Backend* backend, const MlpOptions& options);
   absl::Status Allocate();
   absl::Status EnsureBatchCapacity(int64_t batch);
   // Validates and uploads a batch; returns its size.
@@ -166,24 +166,26 @@ class Mlp {
       const std::vector<int64_t>& splits) const;
   absl::Status CheckRange(int index, int64_t offset, size_t size) const;
   absl::Status CheckIndex(int index) const;
-  absl::Status SwapBuffer(std::vector<DeviceBuffer>& buffers, int index,
-                          DeviceBuffer& other, const char* what);
+  absl::Status SwapBuffer(std::vector<kernels::DeviceBuffer>& buffers,
+                          int index, kernels::DeviceBuffer& other,
+                          const char* what);
   int num_layers() const { return static_cast<int>(sizes_.size()) - 1; }
 
-  Backend* const backend_;
+  kernels::Backend* const backend_;
   const std::vector<int64_t> sizes_;
-  const Activation activation_;
+  const kernels::Activation activation_;
   std::vector<ParameterInfo> info_;
-  std::vector<DeviceBuffer> params_;
-  std::vector<DeviceBuffer> grads_;
-  int64_t capacity_ = 0;            // batch the buffers below are sized for
-  std::vector<DeviceBuffer> acts_;  // [0]: input; [i + 1]: layer i's output
-  DeviceBuffer delta_[2];           // backward ping-pong, [batch, max width]
-  DeviceBuffer labels_;
-  DeviceBuffer argmax_;
-  DeviceBuffer loss_;
+  std::vector<kernels::DeviceBuffer> params_;
+  std::vector<kernels::DeviceBuffer> grads_;
+  int64_t capacity_ = 0;  // batch the buffers below are sized for
+  std::vector<kernels::DeviceBuffer>
+      acts_;                        // [0]: input; [i + 1]: layer i's output
+  kernels::DeviceBuffer delta_[2];  // backward ping-pong, [batch, max width]
+  kernels::DeviceBuffer labels_;
+  kernels::DeviceBuffer argmax_;
+  kernels::DeviceBuffer loss_;
 };
 
-}  // namespace ps::kernels
+}  // namespace ps::worker::model
 
-#endif  // PS_KERNELS_MLP_H_
+#endif  // PS_WORKER_MODEL_MLP_H_

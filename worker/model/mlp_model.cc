@@ -1,31 +1,27 @@
-#include "worker/mlp_model.h"
+#include "worker/model/mlp_model.h"
 
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "kernels/mlp.h"
+#include "worker/model/mlp.h"
 
-namespace ps::worker {
+namespace ps::worker::model {
 namespace {
 
 kernels::Activation ToKernels(Activation a) {
   return a == TANH ? kernels::Activation::kTanh : kernels::Activation::kRelu;
 }
 
-// Forwards to kernels::Mlp; the hooks map onto Mlp::StepHooks (only
+// Forwards to Mlp; the hooks map onto Mlp::StepHooks (only
 // fc0/weight, parameter 0, has row blocks there).
 class MlpModel final : public TrainableModel {
  public:
-  explicit MlpModel(std::unique_ptr<kernels::Mlp> mlp) : mlp_(std::move(mlp)) {
-    for (const kernels::ParameterInfo& p : mlp_->parameters()) {
-      info_.push_back({p.name, p.shape, p.size});
-    }
-  }
+  explicit MlpModel(std::unique_ptr<Mlp> mlp) : mlp_(std::move(mlp)) {}
 
   const std::vector<ParameterInfo>& parameters() const override {
-    return info_;
+    return mlp_->parameters();
   }
   bool SplitsRows(int index) const override { return index == 0; }
   kernels::DeviceSpan<float> parameter(int index) override {
@@ -53,7 +49,7 @@ class MlpModel final : public TrainableModel {
 
   absl::StatusOr<float> TrainStep(const Batch& batch,
                                   const ModelStepHooks& hooks) override {
-    kernels::Mlp::StepHooks h;
+    Mlp::StepHooks h;
     if (!hooks.row_splits.empty()) {
       h.first_weight_row_splits = hooks.row_splits[0];
     }
@@ -72,7 +68,7 @@ class MlpModel final : public TrainableModel {
     }
     const int64_t size = data.example_size();
     PS_ASSIGN_OR_RETURN(
-        kernels::Mlp::Evaluation e,
+        Mlp::Evaluation e,
         mlp_->Evaluate(absl::MakeConstSpan(data.images)
                            .subspan(begin * size, count * size),
                        absl::MakeConstSpan(data.labels).subspan(begin, count)));
@@ -84,8 +80,7 @@ class MlpModel final : public TrainableModel {
   }
 
  private:
-  const std::unique_ptr<kernels::Mlp> mlp_;
-  std::vector<ParameterInfo> info_;  // mlp_'s, in its order
+  const std::unique_ptr<Mlp> mlp_;
 };
 
 }  // namespace
@@ -96,13 +91,12 @@ absl::StatusOr<std::unique_ptr<TrainableModel>> CreateMlpModel(
     return absl::UnimplementedError(
         "this worker trains MLP models only (model.mlp)");
   }
-  kernels::MlpOptions options;
+  MlpOptions options;
   options.layer_sizes.push_back(spec.mlp().input_dim());
   for (int64_t h : spec.mlp().hidden()) options.layer_sizes.push_back(h);
   options.layer_sizes.push_back(spec.mlp().num_classes());
   options.activation = ToKernels(spec.mlp().activation());
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Mlp> mlp,
-                      kernels::Mlp::Create(backend, options));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Mlp> mlp, Mlp::Create(backend, options));
   if (example_size != spec.mlp().input_dim()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.mlp.input_dim is ", spec.mlp().input_dim(),
@@ -112,4 +106,4 @@ absl::StatusOr<std::unique_ptr<TrainableModel>> CreateMlpModel(
       std::make_unique<MlpModel>(std::move(mlp)));
 }
 
-}  // namespace ps::worker
+}  // namespace ps::worker::model

@@ -1,4 +1,4 @@
-#include "worker/mlp_model.h"
+#include "worker/model/mlp_model.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "kernels/cpu_backend.h"
 #include "worker/batch_prefetcher.h"
 
-namespace ps::worker {
+namespace ps::worker::model {
 namespace {
 
 ModelSpec Mlp(int64_t input, std::vector<int64_t> hidden, int64_t classes) {
@@ -162,4 +162,4 @@ TEST(MlpModel, EvaluatesARangeOfTheDataset) {
 }
 
 }  // namespace
-}  // namespace ps::worker
+}  // namespace ps::worker::model

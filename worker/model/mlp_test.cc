@@ -1,4 +1,4 @@
-#include "kernels/mlp.h"
+#include "worker/model/mlp.h"
 
 #include <cmath>
 #include <random>
@@ -9,7 +9,13 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_emulated_backend.h"
 
-namespace ps::kernels {
+namespace ps::worker::model {
+
+using kernels::Activation;
+using kernels::Backend;
+using kernels::CreateCpuBackend;
+using kernels::CreateCudaEmulatedBackend;
+using kernels::DeviceBuffer;
 namespace {
 
 using Params = std::vector<std::vector<double>>;
@@ -453,4 +459,4 @@ TEST(Mlp, GrowsToLargerBatches) {
 }
 
 }  // namespace
-}  // namespace ps::kernels
+}  // namespace ps::worker::model

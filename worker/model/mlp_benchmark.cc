@@ -1,0 +1,202 @@
+// One training step of the 784-256-128-10 MLP at batch 128 (the
+// Fashion-MNIST MLP configs' model) through the Mlp of mlp.h, and the same
+// MlpSpec run through the layer model (layer_model.h) in alternation with
+// it, so that both see the same machine load.
+//
+//   bazel build //worker/model:mlp_benchmark
+//   bazel-bin/worker/model/mlp_benchmark --blas_threads=1
+//
+// Flags as kernels_benchmark's (kernels/benchmark_util.h BenchmarkMain):
+// --blas_threads=N, --blas_check=false, the rest to Google Benchmark. CUDA
+// cases report an error where no GPU works.
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "kernels/backend.h"
+#include "kernels/benchmark_util.h"
+#include "proto/config.pb.h"
+#include "worker/batch_prefetcher.h"
+#include "worker/model/layer_model.h"
+#include "worker/model/mlp.h"
+
+namespace ps::worker::model {
+namespace {
+
+using kernels::Backend;
+using kernels::DeviceBuffer;
+using kernels::Transpose;
+using kernels::bench::kBatch;
+using kernels::bench::MakeBackend;
+using kernels::bench::Median;
+using kernels::bench::RandomVector;
+using kernels::bench::Upload;
+
+const std::vector<int64_t> kLayers = {784, 256, 128, 10};
+
+// The GEMMs one MLP step issues, with the same shapes, through the backend.
+absl::Status StepGemms(Backend& backend, const std::vector<DeviceBuffer>& acts,
+                       const std::vector<DeviceBuffer>& weights,
+                       const DeviceBuffer& delta, const DeviceBuffer& out) {
+  const int layers = static_cast<int>(kLayers.size()) - 1;
+  for (int i = 0; i < layers; ++i) {  // forward
+    absl::Status s =
+        backend.Gemm(Transpose::kNo, Transpose::kNo, 1.0f,
+                     acts[i].Matrix<float>(kBatch, kLayers[i]),
+                     weights[i].Matrix<float>(kLayers[i], kLayers[i + 1]), 0.0f,
+                     acts[i + 1].Matrix<float>(kBatch, kLayers[i + 1]));
+    if (!s.ok()) return s;
+  }
+  for (int i = layers - 1; i >= 0; --i) {  // backward
+    absl::Status s =
+        backend.Gemm(Transpose::kYes, Transpose::kNo, 1.0f,
+                     acts[i].Matrix<float>(kBatch, kLayers[i]),
+                     delta.Matrix<float>(kBatch, kLayers[i + 1]), 0.0f,
+                     out.Matrix<float>(kLayers[i], kLayers[i + 1]));
+    if (!s.ok()) return s;
+    if (i == 0) break;
+    s = backend.Gemm(Transpose::kNo, Transpose::kYes, 1.0f,
+                     delta.Matrix<float>(kBatch, kLayers[i + 1]),
+                     weights[i].Matrix<float>(kLayers[i], kLayers[i + 1]), 0.0f,
+                     out.Matrix<float>(kBatch, kLayers[i]));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int32_t> Labels() {
+  std::vector<int32_t> labels(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) labels[i] = static_cast<int32_t>(i % 10);
+  return labels;
+}
+
+void MlpStep(benchmark::State& state, bool cuda) {
+  std::unique_ptr<Backend> backend = MakeBackend(state, cuda);
+  if (backend == nullptr) return;
+  absl::StatusOr<std::unique_ptr<Mlp>> mlp =
+      Mlp::Create(backend.get(), {.layer_sizes = kLayers});
+  if (!mlp.ok() || !(*mlp)->InitializeParameters(1).ok()) {
+    state.SkipWithError("Mlp::Create failed");
+    return;
+  }
+  const std::vector<float> images = RandomVector(kBatch * kLayers[0], 3);
+  const std::vector<int32_t> labels = Labels();
+  for (auto _ : state) {
+    absl::StatusOr<float> loss = (*mlp)->TrainStep(images, labels);
+    if (!loss.ok()) {
+      state.SkipWithError(std::string(loss.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(*loss);
+  }
+
+  // Share outside GEMM: outside the timed loop, alternate one step and the
+  // step's GEMMs alone (same shapes, same backend); compare the medians, so
+  // both halves see the same machine load.
+  std::vector<DeviceBuffer> acts, weights;
+  for (int64_t size : kLayers) {
+    acts.push_back(Upload(*backend, RandomVector(kBatch * size, 4)));
+  }
+  for (size_t i = 0; i + 1 < kLayers.size(); ++i) {
+    weights.push_back(
+        Upload(*backend, RandomVector(kLayers[i] * kLayers[i + 1], 5)));
+  }
+  DeviceBuffer delta = Upload(*backend, RandomVector(kBatch * 256, 6));
+  DeviceBuffer out = *backend->AllocateArray<float>(784 * 256);
+  const int reps = static_cast<int>(std::min<int64_t>(state.iterations(), 500));
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> step_s, gemm_s;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    (void)(*mlp)->TrainStep(images, labels);
+    const auto t1 = Clock::now();
+    (void)StepGemms(*backend, acts, weights, delta, out);
+    (void)backend->Synchronize();
+    const auto t2 = Clock::now();
+    step_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+    gemm_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  const double step = Median(step_s), gemm = Median(gemm_s);
+  state.counters["step_ms_median"] = 1e3 * step;
+  state.counters["gemm_ms_median"] = 1e3 * gemm;
+  state.counters["non_gemm_share"] = 1.0 - gemm / step;
+}
+
+void BM_CpuMlpTrainStep(benchmark::State& state) { MlpStep(state, false); }
+void BM_CudaMlpTrainStep(benchmark::State& state) { MlpStep(state, true); }
+
+BENCHMARK(BM_CpuMlpTrainStep)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaMlpTrainStep)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The same MlpSpec as Dense layers (CreateLayerModel expands the
+// shorthand) against the Mlp: each iteration runs one step of each on the
+// same batch and weights, timed with kernels::bench::Now (CPU time with one
+// BLAS thread); counters are the medians and their ratio.
+void BM_CpuMlpVsLayerModel(benchmark::State& state) {
+  std::unique_ptr<Backend> backend = MakeBackend(state, /*cuda=*/false);
+  if (backend == nullptr) return;
+  ModelSpec spec;
+  spec.mutable_mlp()->set_input_dim(kLayers[0]);
+  spec.mutable_mlp()->add_hidden(kLayers[1]);
+  spec.mutable_mlp()->add_hidden(kLayers[2]);
+  spec.mutable_mlp()->set_num_classes(kLayers[3]);
+  absl::StatusOr<std::unique_ptr<Mlp>> mlp =
+      Mlp::Create(backend.get(), {.layer_sizes = kLayers});
+  absl::StatusOr<std::unique_ptr<TrainableModel>> layers =
+      CreateLayerModel(spec, kLayers[0], backend.get());
+  if (!mlp.ok() || !layers.ok() || !(*mlp)->InitializeParameters(1).ok()) {
+    state.SkipWithError("model creation failed");
+    return;
+  }
+  for (int i = 0; i < (*mlp)->num_parameters(); ++i) {
+    std::vector<float> w((*mlp)->parameters()[i].size);
+    if (!(*mlp)->GetParameter(i, absl::MakeSpan(w)).ok() ||
+        !(*layers)->SetParameterRange(i, 0, w).ok()) {
+      state.SkipWithError("copying the weights failed");
+      return;
+    }
+  }
+  const std::vector<float> images = RandomVector(kBatch * kLayers[0], 3);
+  const std::vector<int32_t> labels = Labels();
+  Batch batch;
+  batch.size = static_cast<int>(kBatch);
+  batch.example_size = kLayers[0];
+  batch.buffer = HeapHostBuffer(images.size() * sizeof(float) +
+                                labels.size() * sizeof(int32_t));
+  std::copy(images.begin(), images.end(),
+            static_cast<float*>(batch.buffer.data()));
+  std::copy(labels.begin(), labels.end(),
+            reinterpret_cast<int32_t*>(
+                static_cast<float*>(batch.buffer.data()) + images.size()));
+  std::vector<double> mlp_s, layers_s;
+  for (auto _ : state) {
+    const double t0 = kernels::bench::Now(*backend);
+    absl::StatusOr<float> a = (*mlp)->TrainStep(images, labels);
+    const double t1 = kernels::bench::Now(*backend);
+    absl::StatusOr<float> b = (*layers)->TrainStep(batch, {});
+    const double t2 = kernels::bench::Now(*backend);
+    if (!a.ok() || !b.ok()) {
+      state.SkipWithError("a training step failed");
+      return;
+    }
+    mlp_s.push_back(t1 - t0);
+    layers_s.push_back(t2 - t1);
+  }
+  const double m = Median(mlp_s), l = Median(layers_s);
+  state.counters["mlp_ms_median"] = 1e3 * m;
+  state.counters["layers_ms_median"] = 1e3 * l;
+  state.counters["layers/mlp"] = l / m;
+}
+
+BENCHMARK(BM_CpuMlpVsLayerModel)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace ps::worker::model
+
+int main(int argc, char** argv) {
+  return ps::kernels::bench::BenchmarkMain(argc, argv);
+}
