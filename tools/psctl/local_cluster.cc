@@ -162,7 +162,7 @@ void ReapChildren() {
 absl::StatusOr<int> StartDaemon(const std::string& run_dir,
                                 const std::string& name,
                                 const std::vector<std::string>& argv) {
-  PS_RETURN_IF_ERROR(SaveCommand(run_dir, name, argv));
+  PS_RETURN_IF_ERROR(SaveCommand(FileSystem::Posix(), run_dir, name, argv));
   return Spawn(argv, absl::StrCat(run_dir, "/logs/", name, ".log"),
                absl::StrCat(run_dir, "/pids/", name, ".pid"));
 }

@@ -1,18 +1,15 @@
 #include "tools/psctl/supervisor.h"
 
-#include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/status.h"
 #include "tools/psctl/local_cluster.h"
 
 namespace ps::psctl {
-
-namespace fs = std::filesystem;
 
 absl::Time RestartBackoff::OnExit(absl::Time started, absl::Time now) {
   if (now - started >= options_.healthy_after) next_ = options_.first_backoff;
@@ -21,18 +18,14 @@ absl::Time RestartBackoff::OnExit(absl::Time started, absl::Time now) {
   return now + wait;
 }
 
-absl::Status SaveCommand(const std::string& run_dir, const std::string& name,
+absl::Status SaveCommand(FileSystem* fs, const std::string& run_dir,
+                         const std::string& name,
                          const std::vector<std::string>& argv) {
-  std::error_code ec;
-  fs::create_directories(fs::path(run_dir) / "cmd", ec);
-  const std::string path = absl::StrCat(run_dir, "/cmd/", name);
-  std::ofstream out(path, std::ios::trunc);
-  for (const std::string& a : argv) out << a << "\n";
-  out.close();
-  if (!out) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  }
-  return absl::OkStatus();
+  const std::string dir = absl::StrCat(run_dir, "/cmd");
+  PS_RETURN_IF_ERROR(fs->CreateDirs(dir));
+  std::string text;
+  for (const std::string& a : argv) absl::StrAppend(&text, a, "\n");
+  return WriteFileAtomically(fs, absl::StrCat(dir, "/", name), text);
 }
 
 absl::StatusOr<std::vector<std::string>> LoadCommand(const std::string& run_dir,

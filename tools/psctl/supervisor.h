@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/file_system.h"
 
 namespace ps::psctl {
 
@@ -52,8 +53,13 @@ class RestartBackoff {
 };
 
 // Records argv as daemon `name`'s command line (<run_dir>/cmd/<name>, one
-// argument per line), and reads it back. NOT_FOUND when none was recorded.
-absl::Status SaveCommand(const std::string& run_dir, const std::string& name,
+// argument per line) through `fs`, atomically (WriteFileAtomically): a
+// supervisor reading it while `cluster up` writes it, or after a crash,
+// finds the old command line or the new one, never a part. The error names
+// the file that could not be written. LoadCommand reads it back; NOT_FOUND
+// when none was recorded.
+absl::Status SaveCommand(FileSystem* fs, const std::string& run_dir,
+                         const std::string& name,
                          const std::vector<std::string>& argv);
 absl::StatusOr<std::vector<std::string>> LoadCommand(const std::string& run_dir,
                                                      const std::string& name);

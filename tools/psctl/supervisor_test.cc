@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "common/fault_injecting_file_system.h"
+#include "common/file_system.h"
+
 namespace ps::psctl {
 namespace {
 
@@ -47,12 +50,42 @@ TEST(Supervisor, CommandLinesRoundTrip) {
   const std::string dir = FreshDir("cmd");
   const std::vector<std::string> argv = {"/bin/ps_server", "--port=0",
                                          "--data_dir=/tmp/a b"};
-  ASSERT_TRUE(SaveCommand(dir, "server-0", argv).ok());
+  ASSERT_TRUE(SaveCommand(FileSystem::Posix(), dir, "server-0", argv).ok());
   absl::StatusOr<std::vector<std::string>> back = LoadCommand(dir, "server-0");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, argv);
   absl::StatusOr<std::vector<std::string>> none = LoadCommand(dir, "worker-9");
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+}
+
+// A failed write leaves the command line recorded before, whole, and no
+// temporary file: the supervisor never starts a daemon from half a line.
+TEST(Supervisor, AFailedSaveKeepsTheOldCommandLine) {
+  const std::string dir = FreshDir("cmd_atomic");
+  const std::vector<std::string> old_argv = {"/bin/ps_worker", "--port=0"};
+  ASSERT_TRUE(SaveCommand(FileSystem::Posix(), dir, "worker-0", old_argv).ok());
+  const std::vector<std::string> new_argv = {"/bin/ps_worker", "--port=0",
+                                             "--device=cpu"};
+  for (const FaultInjectingFileSystem::Op op :
+       {FaultInjectingFileSystem::Op::kWrite,
+        FaultInjectingFileSystem::Op::kSync,
+        FaultInjectingFileSystem::Op::kRename}) {
+    FaultInjectingFileSystem faulty;
+    faulty.FailNth(op, 1);
+    const absl::Status s = SaveCommand(&faulty, dir, "worker-0", new_argv);
+    EXPECT_FALSE(s.ok()) << static_cast<int>(op);
+    EXPECT_NE(s.message().find(dir + "/cmd/worker-0"), absl::string_view::npos)
+        << s;
+    absl::StatusOr<std::vector<std::string>> back =
+        LoadCommand(dir, "worker-0");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, old_argv);
+    EXPECT_FALSE(std::filesystem::exists(dir + "/cmd/worker-0.tmp"));
+  }
+  ASSERT_TRUE(SaveCommand(FileSystem::Posix(), dir, "worker-0", new_argv).ok());
+  absl::StatusOr<std::vector<std::string>> back = LoadCommand(dir, "worker-0");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, new_argv);
 }
 
 TEST(Supervisor, RestartsAreCountedPerDaemon) {
