@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -178,11 +179,68 @@ int JobExit(const JobRecord& r) {
   return r.state() == SUCCEEDED ? kOk : kJobFailed;
 }
 
-// Follows a job with WatchJob until it ends, drawing the progress line.
+// GetJob, and the job's test metric points only (GetMetrics by name).
+absl::Status FetchJobMetrics(Client& c, const std::string& job_id,
+                             JobData* out) {
+  GetJobRequest g;
+  g.set_job_id(job_id);
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
+  GetMetricsRequest m;
+  m.set_job_id(job_id);
+  for (const TestMetricInfo& metric : TestMetrics()) {
+    m.add_names(std::string(metric.point_name));
+  }
+  GetMetricsResponse metrics;
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
+  out->points.assign(metrics.points().begin(), metrics.points().end());
+  return absl::OkStatus();
+}
+
+// The job's latest values of `metrics` (GetMetrics of their points only).
+absl::StatusOr<std::vector<LiveMetric>> FetchLiveMetrics(
+    Client& c, const std::string& job_id,
+    const std::vector<const TestMetricInfo*>& metrics) {
+  GetMetricsRequest req;
+  req.set_job_id(job_id);
+  for (const TestMetricInfo* m : metrics) {
+    req.add_names(std::string(m->point_name));
+  }
+  GetMetricsResponse resp;
+  PS_RETURN_IF_ERROR(c.Call(&CoordinatorService::Stub::GetMetrics, req, &resp));
+  return LatestValues({resp.points().begin(), resp.points().end()}, metrics);
+}
+
+// The line `wait` ends with: the state and why, then the job's metric as
+// `status` shows it ("test AUC 0.7712 (best ..., 4 evaluations)") when the
+// coordinator answers.
+std::string FinalLine(Client& client, const std::string& job_id,
+                      const JobRecord& last) {
+  std::string line =
+      absl::StrCat("job ", job_id, " ", JobState_Name(last.state()),
+                   last.reason().empty() ? "" : ": ", last.reason());
+  JobData job;
+  if (FetchJobMetrics(client, job_id, &job).ok()) {
+    const JobSummary summary = Summarize(job);
+    absl::StrAppend(&line, "; ", FormatMetricValues(summary.values));
+    if (const std::string t = FormatTargetProgress(summary); !t.empty()) {
+      absl::StrAppend(&line, "; ", t);
+    }
+  }
+  return line;
+}
+
+// Follows a job with WatchJob until it ends, drawing the progress line. The
+// record carries no test metric but accuracy, so the job's metrics
+// (ShownMetrics) are fetched on their own, at most every few seconds.
 int WaitForJob(Client& client, const std::string& job_id) {
+  constexpr absl::Duration kMetricsEvery = absl::Seconds(5);
   const bool tty = isatty(STDOUT_FILENO);
   JobRecord last;
   absl::Time last_print = absl::InfinitePast();
+  absl::Time last_fetch = absl::InfinitePast();
+  std::vector<LiveMetric> live;
   const absl::Time start = absl::Now();
   for (int attempt = 0; attempt < 30; ++attempt) {
     grpc::ClientContext ctx;
@@ -194,12 +252,26 @@ int WaitForJob(Client& client, const std::string& job_id) {
     JobRecord r;
     while (reader->Read(&r)) {
       last = r;
+      if (live.empty()) live = LatestValues({}, ShownMetrics(r.spec()));
+      if (r.state() != PENDING &&
+          (absl::Now() - last_fetch >= kMetricsEvery || Ended(r.state()))) {
+        std::vector<const TestMetricInfo*> names;
+        for (const LiveMetric& m : live) names.push_back(m.metric);
+        // A failed fetch keeps the values shown: the bar goes on.
+        if (absl::StatusOr<std::vector<LiveMetric>> v =
+                FetchLiveMetrics(client, job_id, names);
+            v.ok()) {
+          live = *std::move(v);
+        }
+        last_fetch = absl::Now();
+      }
       const double elapsed =
           r.start_time_ms() > 0
               ? (absl::ToUnixMillis(absl::Now()) - r.start_time_ms()) / 1000.0
               : absl::ToDoubleSeconds(absl::Now() - start);
-      const std::string line = absl::StrCat(
-          r.state() == PENDING ? "pending " : "", ProgressLine(r, elapsed, 30));
+      const std::string line =
+          absl::StrCat(r.state() == PENDING ? "pending " : "",
+                       ProgressLine(r, live, elapsed, 30));
       if (tty) {
         std::printf("\r\033[K%s", line.c_str());
         std::fflush(stdout);
@@ -220,9 +292,7 @@ int WaitForJob(Client& client, const std::string& job_id) {
     absl::SleepFor(absl::Seconds(1));  // coordinator restarting: re-watch
   }
   if (tty) std::printf("\n");
-  std::printf("job %s %s%s%s\n", job_id.c_str(),
-              JobState_Name(last.state()).c_str(),
-              last.reason().empty() ? "" : ": ", last.reason().c_str());
+  std::printf("%s\n", FinalLine(client, job_id, last).c_str());
   return Ended(last.state()) ? JobExit(last) : kUnreachable;
 }
 
@@ -249,25 +319,6 @@ std::string FormatTime(int64_t unix_ms) {
   if (unix_ms <= 0) return "-";
   return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms),
                           absl::LocalTimeZone());
-}
-
-// GetJob, and the job's test metric points only (GetMetrics by name).
-absl::Status FetchJobMetrics(Client& c, const std::string& job_id,
-                             JobData* out) {
-  GetJobRequest g;
-  g.set_job_id(job_id);
-  PS_RETURN_IF_ERROR(
-      c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
-  GetMetricsRequest m;
-  m.set_job_id(job_id);
-  for (const TestMetricInfo& metric : TestMetrics()) {
-    m.add_names(std::string(metric.point_name));
-  }
-  GetMetricsResponse metrics;
-  PS_RETURN_IF_ERROR(
-      c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
-  out->points.assign(metrics.points().begin(), metrics.points().end());
-  return absl::OkStatus();
 }
 
 void PrintJob(const JobData& job) {
@@ -462,6 +513,8 @@ int SubmitCommand(Client& c, const Flags& f) {
 
 int WaitCommand(Client& c, const Flags& f) { return WaitForJob(c, f.job_id); }
 
+// One line per job, with the job's metric by name (the first of
+// ShownMetrics: its target's, else its head's) and its latest value.
 int ListCommand(Client& c, const Flags&) {
   ListJobsResponse resp;
   if (absl::Status s =
@@ -469,15 +522,26 @@ int ListCommand(Client& c, const Flags&) {
       !s.ok()) {
     return Fail(s);
   }
-  std::printf("%-16s %-18s %-10s %-5s %10s %8s %8s\n", "job", "name", "state",
-              "model", "step", "loss", "acc");
+  std::printf("%-16s %-18s %-10s %-5s %10s %8s  %s\n", "job", "name", "state",
+              "model", "step", "loss", "metric");
   for (const JobRecord& r : resp.jobs()) {
+    const TestMetricInfo* metric = ShownMetrics(r.spec()).front();
+    LiveMetric value = LatestValues({}, {metric}).front();
+    if (absl::StatusOr<std::vector<LiveMetric>> v =
+            FetchLiveMetrics(c, r.job_id(), {metric});
+        v.ok()) {
+      value = v->front();
+    }
+    if (metric == &AccuracyMetric() && std::isnan(value.value) &&
+        r.last_test_accuracy() > 0) {
+      value.value = r.last_test_accuracy();
+    }
     std::printf(
-        "%-16s %-18s %-10s %-5s %10lld %8.4f %8.4f\n", r.job_id().c_str(),
+        "%-16s %-18s %-10s %-5s %10lld %8.4f  %s\n", r.job_id().c_str(),
         r.spec().name().substr(0, 18).c_str(), JobState_Name(r.state()).c_str(),
         ConsistencySpec::Model_Name(r.spec().consistency().model()).c_str(),
         static_cast<long long>(r.global_step()), r.last_train_loss(),
-        r.last_test_accuracy());
+        FormatLiveMetric(value).c_str());
   }
   return kOk;
 }
@@ -663,14 +727,21 @@ std::vector<CoordinatorCommand> AddJobCommands(CLI::App& app, Flags& f) {
       app.add_subcommand("submit", "Submit a job spec (text format)");
   submit->add_option("job", f.job_file, "Job spec .pbtxt")->required();
   submit->add_flag("--wait", f.wait,
-                   "Follow the job with a progress bar until it ends");
-  CLI::App* list = app.add_subcommand("list", "List jobs");
+                   "Follow the job with a progress bar until it ends (as "
+                   "`wait` does)");
+  CLI::App* list = app.add_subcommand(
+      "list",
+      "List jobs, each with its test metric by name (auc, logloss, rmse or "
+      "acc: its target's, else its head's) and last value");
   CLI::App* status = AddJobCommand(
       app, "status",
       "Show one job, with its test metric (docs/metrics.md) and its target",
       f.job_id);
-  CLI::App* wait =
-      AddJobCommand(app, "wait", "Follow a job until it ends", f.job_id);
+  CLI::App* wait = AddJobCommand(
+      app, "wait",
+      "Follow a job until it ends: a progress line with its test metrics by "
+      "name (docs/metrics.md), then its state and metric",
+      f.job_id);
   CLI::App* cancel = AddJobCommand(app, "cancel", "Cancel a job", f.job_id);
   CLI::App* metrics = AddJobCommand(
       app, "metrics",

@@ -191,25 +191,93 @@ std::string FormatDuration(double seconds) {
   return absl::StrFormat("%ds", s);
 }
 
-std::string ProgressLine(const JobRecord& job, double elapsed_s, int width) {
-  const double frac =
-      job.total_steps() > 0
-          ? std::clamp(static_cast<double>(job.global_step()) /
-                           static_cast<double>(job.total_steps()),
-                       0.0, 1.0)
-          : 0.0;
+std::vector<const TestMetricInfo*> ShownMetrics(const JobSpec& spec) {
+  std::vector<const TestMetricInfo*> shown;
+  auto add = [&shown](const TestMetricInfo* m) {
+    if (m != nullptr && std::find(shown.begin(), shown.end(), m) == shown.end())
+      shown.push_back(m);
+  };
+  add(TargetOf(spec).metric);
+  switch (spec.model().head().loss()) {
+    case HeadSpec::SIGMOID_CROSS_ENTROPY:
+      add(FindTestMetric("auc"));
+      add(FindTestMetric("logloss"));
+      break;
+    case HeadSpec::MEAN_SQUARED_ERROR:
+      add(FindTestMetric("rmse"));
+      break;
+    default:  // softmax, or the MlpSpec shorthand (a softmax head)
+      add(&AccuracyMetric());
+      break;
+  }
+  return shown;
+}
+
+std::vector<LiveMetric> LatestValues(
+    const std::vector<MetricPoint>& points,
+    const std::vector<const TestMetricInfo*>& metrics) {
+  std::vector<LiveMetric> out;
+  for (const TestMetricInfo* m : metrics) {
+    LiveMetric v;
+    v.metric = m;
+    if (const std::vector<const MetricPoint*> series = SeriesOf(points, *m);
+        !series.empty()) {
+      v.value = series.back()->value();
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::string ShortName(const TestMetricInfo& metric) { return PlotTag(metric); }
+
+std::string FormatLiveMetric(const LiveMetric& m) {
+  return absl::StrCat(ShortName(*m.metric), " ", Value4(m.value));
+}
+
+std::string ProgressLine(const JobRecord& job,
+                         const std::vector<LiveMetric>& metrics,
+                         double elapsed_s, int width) {
+  // Text-data jobs have no total steps (each worker counts its shards'
+  // examples): their epoch out of the spec's epochs (default 1) stands in
+  // for it, unless max_steps ends the job instead.
+  const DataSpec& data = job.spec().data();
+  const int64_t epochs =
+      data.max_steps() > 0 ? 0 : std::max<int64_t>(1, data.epochs());
+  const bool steps_known = job.total_steps() > 0;
+  double frac = 0;
+  if (steps_known) {
+    frac = static_cast<double>(job.global_step()) /
+           static_cast<double>(job.total_steps());
+  } else if (epochs > 0) {
+    frac = job.epoch() / static_cast<double>(epochs);
+  }
+  frac = std::clamp(frac, 0.0, 1.0);
   const int bar = std::max(10, width);
   const int filled = static_cast<int>(frac * bar);
   std::string line =
       "[" + std::string(filled, '#') + std::string(bar - filled, '.') + "]";
-  absl::StrAppendFormat(&line, " %3d%% epoch %.2f step %d/%d",
-                        static_cast<int>(frac * 100), job.epoch(),
-                        job.global_step(), job.total_steps());
-  absl::StrAppendFormat(&line, " loss %.4f", job.last_train_loss());
-  if (job.last_test_accuracy() > 0) {
-    absl::StrAppendFormat(&line, " acc %.4f", job.last_test_accuracy());
+  if (steps_known || epochs > 0) {
+    absl::StrAppendFormat(&line, " %3d%%", static_cast<int>(frac * 100));
+  }
+  if (steps_known) {
+    absl::StrAppendFormat(&line, " epoch %.2f step %d/%d", job.epoch(),
+                          job.global_step(), job.total_steps());
   } else {
-    absl::StrAppend(&line, " acc -");
+    absl::StrAppendFormat(&line, " epoch %.2f", job.epoch());
+    if (epochs > 0) absl::StrAppendFormat(&line, "/%d", epochs);
+    absl::StrAppendFormat(&line, " step %d", job.global_step());
+    if (job.examples_trained() > 0) {
+      absl::StrAppendFormat(&line, " %d examples", job.examples_trained());
+    }
+  }
+  absl::StrAppendFormat(&line, " loss %.4f", job.last_train_loss());
+  for (LiveMetric m : metrics) {
+    if (m.metric == &AccuracyMetric() && std::isnan(m.value) &&
+        job.last_test_accuracy() > 0) {
+      m.value = job.last_test_accuracy();
+    }
+    absl::StrAppend(&line, " ", FormatLiveMetric(m));
   }
   absl::StrAppendFormat(&line, " %.0f ex/s", job.examples_per_sec());
   if (frac > 0 && frac < 1) {
@@ -217,6 +285,11 @@ std::string ProgressLine(const JobRecord& job, double elapsed_s, int width) {
                     FormatDuration(elapsed_s * (1 - frac) / frac));
   }
   return line;
+}
+
+std::string ProgressLine(const JobRecord& job, double elapsed_s, int width) {
+  return ProgressLine(job, LatestValues({}, ShownMetrics(job.spec())),
+                      elapsed_s, width);
 }
 
 std::string FormatDataProgress(const JobRecord& r) {

@@ -19,10 +19,50 @@
 
 namespace ps::psctl {
 
-// One line: bar, percent, epoch, step, loss, test accuracy, examples/s, ETA.
-// `elapsed_s` is the job's running time so far (for the ETA). Only accuracy:
-// the JobRecord that WatchJob streams carries no other test metric.
+// The test metrics psctl shows for a job while it runs (the progress line)
+// and in `list`, from its spec alone (so before any evaluation): the
+// metric of its target when it sets one, then those its head implies: a
+// sigmoid head's AUC and log loss, a regression (MSE) head's RMSE, a
+// softmax head's (or an MlpSpec's) accuracy. No metric twice; never empty.
+std::vector<const TestMetricInfo*> ShownMetrics(const JobSpec& spec);
+
+// A test metric's latest value (NaN: none yet).
+struct LiveMetric {
+  const TestMetricInfo* metric = nullptr;
+  double value = std::numeric_limits<double>::quiet_NaN();
+};
+
+// The value of each of `metrics` at its latest point in `points` (by time;
+// NaN for a metric with no point), in the order of `metrics`.
+std::vector<LiveMetric> LatestValues(
+    const std::vector<MetricPoint>& points,
+    const std::vector<const TestMetricInfo*>& metrics);
+
+// The short name of a metric in the progress line and `list`: PlotTag's
+// ("auc", "logloss", "rmse", "acc").
+std::string ShortName(const TestMetricInfo& metric);
+
+// One line: bar, percent, epoch, step, loss, the job's test metrics by name
+// ("auc 0.7812 logloss 0.4400", "rmse 0.8800", "acc 0.8512"; "-" before the
+// first evaluation), examples/s, ETA. `metrics` are the values to show
+// (LatestValues of ShownMetrics); accuracy without a value falls back to the
+// record's last_test_accuracy. The fraction done is step/total_steps; a job
+// whose total steps are unknown (text data: the workers count their shards'
+// examples themselves) shows its epoch out of the spec's epochs ("epoch
+// 0.49/3", default 1) and the fraction by epochs, and, when the coordinator
+// knows them, the examples trained; one that ends at data.max_steps with
+// its total unknown shows an empty bar and no percent. `elapsed_s` is the
+// job's running time so far (for the ETA).
+std::string ProgressLine(const JobRecord& job,
+                         const std::vector<LiveMetric>& metrics,
+                         double elapsed_s, int width);
+// With no metric values fetched: ShownMetrics of the job's spec, accuracy
+// from the record, "-" for the others.
 std::string ProgressLine(const JobRecord& job, double elapsed_s, int width);
+
+// A job's metric for `list` and the end of `wait`: "auc 0.7812" (the first
+// of `metrics`), "auc -" when it has no value.
+std::string FormatLiveMetric(const LiveMetric& m);
 
 // `psctl status`'s sparse tables: a header and one line per table and shard
 // (rows, capacity, bytes, evictions, admissions, rows pushed and pulled,

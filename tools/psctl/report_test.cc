@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -396,6 +397,125 @@ TEST(Report, ProgressLine) {
   EXPECT_NE(line.find("acc 0.8512"), std::string::npos) << line;
   EXPECT_NE(line.find("1500 ex/s"), std::string::npos) << line;
   EXPECT_NE(line.find("ETA 3m00s"), std::string::npos) << line;
+}
+
+JobSpec SpecWithHead(HeadSpec::Loss loss) {
+  JobSpec spec;
+  spec.mutable_model()->mutable_head()->set_loss(loss);
+  return spec;
+}
+
+std::vector<std::string> Names(
+    const std::vector<const TestMetricInfo*>& metrics) {
+  std::vector<std::string> names;
+  for (const TestMetricInfo* m : metrics) names.emplace_back(m->name);
+  return names;
+}
+
+TEST(Report, ShownMetricsFollowTheHeadAndTheTarget) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(Names(ShownMetrics(SpecWithHead(HeadSpec::SIGMOID_CROSS_ENTROPY))),
+            (V{"auc", "logloss"}));
+  EXPECT_EQ(Names(ShownMetrics(SpecWithHead(HeadSpec::MEAN_SQUARED_ERROR))),
+            (V{"rmse"}));
+  EXPECT_EQ(Names(ShownMetrics(SpecWithHead(HeadSpec::SOFTMAX_CROSS_ENTROPY))),
+            (V{"accuracy"}));
+  // The MlpSpec shorthand: a softmax head.
+  EXPECT_EQ(Names(ShownMetrics(JobSpec())), (V{"accuracy"}));
+  // The target's metric first, not twice.
+  JobSpec ctr = SpecWithHead(HeadSpec::SIGMOID_CROSS_ENTROPY);
+  ctr.mutable_target()->set_metric("logloss");
+  ctr.mutable_target()->set_value(0.45);
+  EXPECT_EQ(Names(ShownMetrics(ctr)), (V{"logloss", "auc"}));
+  JobSpec mlp;
+  mlp.set_target_accuracy(0.85f);
+  EXPECT_EQ(Names(ShownMetrics(mlp)), (V{"accuracy"}));
+}
+
+TEST(Report, LatestValuesByTime) {
+  const std::vector<const TestMetricInfo*> metrics =
+      ShownMetrics(SpecWithHead(HeadSpec::SIGMOID_CROSS_ENTROPY));
+  // Out of time order, as points of two reports may come.
+  const std::vector<LiveMetric> v =
+      LatestValues({Point("test_auc", 0.79, 400, 0.4, 9000),
+                    Point("test_auc", 0.75, 200, 0.2, 5000),
+                    Point("test_accuracy", 0.9, 400, 0.4, 9000)},
+                   metrics);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].metric->name, "auc");
+  EXPECT_DOUBLE_EQ(v[0].value, 0.79);
+  EXPECT_EQ(v[1].metric->name, "logloss");
+  EXPECT_TRUE(std::isnan(v[1].value));
+  EXPECT_EQ(FormatLiveMetric(v[0]), "auc 0.7900");
+  EXPECT_EQ(FormatLiveMetric(v[1]), "logloss -");
+}
+
+TEST(Report, ProgressLineNamesTheJobsMetric) {
+  JobRecord r;
+  *r.mutable_spec() = SpecWithHead(HeadSpec::SIGMOID_CROSS_ENTROPY);
+  r.set_global_step(250);
+  r.set_total_steps(1000);
+  r.set_last_train_loss(0.31);
+  // What the evaluator's accuracy on a 10% CTR looks like: not the metric.
+  r.set_last_test_accuracy(0.9001);
+  const std::vector<const TestMetricInfo*> metrics = ShownMetrics(r.spec());
+  const std::string before = ProgressLine(r, 60, 20);
+  EXPECT_NE(before.find(" auc - logloss - "), std::string::npos) << before;
+  EXPECT_EQ(before.find(" acc "), std::string::npos) << before;
+  const std::string line =
+      ProgressLine(r,
+                   LatestValues({Point("test_auc", 0.7712, 200, 0.2, 5000),
+                                 Point("test_logloss", 0.2822, 200, 0.2, 5000)},
+                                metrics),
+                   60, 20);
+  EXPECT_NE(line.find(" auc 0.7712 logloss 0.2822 "), std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("0.9001"), std::string::npos) << line;
+
+  JobRecord mf;
+  *mf.mutable_spec() = SpecWithHead(HeadSpec::MEAN_SQUARED_ERROR);
+  const std::string rmse =
+      ProgressLine(mf,
+                   LatestValues({Point("test_rmse", 0.88, 10, 1, 100)},
+                                ShownMetrics(mf.spec())),
+                   1, 20);
+  EXPECT_NE(rmse.find(" rmse 0.8800 "), std::string::npos) << rmse;
+  EXPECT_EQ(rmse.find(" acc"), std::string::npos) << rmse;
+}
+
+TEST(Report, ProgressLineOfATextJobGoesByEpochs) {
+  JobRecord r;
+  *r.mutable_spec() = SpecWithHead(HeadSpec::SIGMOID_CROSS_ENTROPY);
+  r.mutable_spec()->mutable_data()->set_format(DataSpec::CRITEO);
+  r.mutable_spec()->mutable_data()->set_epochs(2);
+  r.set_global_step(960);
+  r.set_total_steps(0);  // the coordinator does not know it
+  r.set_epoch(0.5);
+  r.set_examples_per_sec(30000);
+  std::string line = ProgressLine(r, 60, 20);
+  EXPECT_NE(line.find("[#####...............]  25% epoch 0.50/2 step 960 "),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("/0"), std::string::npos) << line;
+  EXPECT_NE(line.find("ETA 3m00s"), std::string::npos) << line;
+  EXPECT_EQ(line.find("examples"), std::string::npos) << line;
+  // Examples, when the coordinator counts them.
+  r.set_examples_trained(491520);
+  line = ProgressLine(r, 60, 20);
+  EXPECT_NE(line.find("step 960 491520 examples loss"), std::string::npos)
+      << line;
+  // epochs unset: one epoch.
+  r.mutable_spec()->mutable_data()->clear_epochs();
+  line = ProgressLine(r, 60, 20);
+  EXPECT_NE(line.find(" 50% epoch 0.50/1 step 960"), std::string::npos) << line;
+  // Ended by max_steps, total unknown: no fraction to show.
+  r.mutable_spec()->mutable_data()->set_max_steps(5000);
+  line = ProgressLine(r, 60, 20);
+  EXPECT_NE(line.find("[....................] epoch 0.50 step 960 "),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find('%'), std::string::npos) << line;
+  EXPECT_EQ(line.find("ETA"), std::string::npos) << line;
 }
 
 TEST(Report, FormatDuration) {
