@@ -25,13 +25,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
-#include "common/coordinator_address.h"
-#include "common/file_system.h"
 #include "common/job_metric.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
 #include "proto/health.grpc.pb.h"
+#include "tools/psctl/client.h"
 #include "tools/psctl/deploy.h"
 #include "tools/psctl/local_cluster.h"
 #include "tools/psctl/report.h"
@@ -85,77 +84,6 @@ int RunSupervisor(const std::string& run_dir) {
   return 0;
 }
 
-struct Globals {
-  std::string coordinator;
-  std::string coordinator_file;
-  std::string run_dir = "/tmp/ps-cluster";
-  std::string token_file;
-  double timeout_s = 10;
-  TlsOptions tls;  // --tls_cert/--tls_key/--tls_ca
-};
-
-// A connection to the coordinator: the address comes from --coordinator,
-// else the file named by --coordinator_file, else $PS_COORDINATOR, else the
-// local cluster's run directory (its coordinator file); the token
-// from --token_file, else $PS_TOKEN, else the run directory's token file.
-class Client {
- public:
-  static absl::StatusOr<Client> Connect(const Globals& g) {
-    std::string address = g.coordinator;
-    if (address.empty() && !g.coordinator_file.empty()) {
-      PS_ASSIGN_OR_RETURN(address, ReadCoordinatorFile(FileSystem::Posix(),
-                                                       g.coordinator_file));
-    }
-    if (address.empty()) {
-      if (const char* env = std::getenv("PS_COORDINATOR")) address = env;
-    }
-    if (address.empty()) {
-      PS_ASSIGN_OR_RETURN(address, RecordedCoordinator(g.run_dir));
-    }
-    std::string token_file = g.token_file;
-    if (token_file.empty() && std::getenv("PS_TOKEN") == nullptr &&
-        access((g.run_dir + "/token").c_str(), R_OK) == 0) {
-      token_file = g.run_dir + "/token";
-    }
-    PS_ASSIGN_OR_RETURN(std::string token,
-                        ReadClusterToken(token_file, std::getenv("PS_TOKEN")));
-    ChannelOptions channel_options;
-    channel_options.tls = g.tls;
-    PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, channel_options));
-    Client c;
-    c.address_ = address;
-    c.token_ = token;
-    c.timeout_ = absl::Seconds(g.timeout_s);
-    c.stub_ = CoordinatorService::NewStub(channel);
-    return c;
-  }
-
-  // Calls a unary RPC with the deadline and token; UNAVAILABLE names the
-  // coordinator address.
-  template <typename Req, typename Resp>
-  absl::Status Call(grpc::Status (CoordinatorService::Stub::*method)(
-                        grpc::ClientContext*, const Req&, Resp*),
-                    const Req& req, Resp* resp) {
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, timeout_, token_);
-    absl::Status s = FromGrpcStatus(((*stub_).*method)(&ctx, req, resp));
-    if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
-      return absl::UnavailableError(absl::StrCat(
-          "coordinator at ", address_, " is unreachable: ", s.message()));
-    }
-    return s;
-  }
-
-  CoordinatorService::Stub& stub() { return *stub_; }
-  const std::string& address() const { return address_; }
-  const std::string& token() const { return token_; }
-
- private:
-  std::string address_, token_;
-  absl::Duration timeout_;
-  std::unique_ptr<CoordinatorService::Stub> stub_;
-};
-
 // The daemon's answer to the standard grpc.health.v1 Check, or why none came.
 std::string HealthOf(const std::string& address) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeChannel(address);
@@ -177,39 +105,6 @@ bool Ended(JobState s) {
 
 int JobExit(const JobRecord& r) {
   return r.state() == SUCCEEDED ? kOk : kJobFailed;
-}
-
-// GetJob, and the job's test metric points only (GetMetrics by name).
-absl::Status FetchJobMetrics(Client& c, const std::string& job_id,
-                             JobData* out) {
-  GetJobRequest g;
-  g.set_job_id(job_id);
-  PS_RETURN_IF_ERROR(
-      c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
-  GetMetricsRequest m;
-  m.set_job_id(job_id);
-  for (const TestMetricInfo& metric : TestMetrics()) {
-    m.add_names(std::string(metric.point_name));
-  }
-  GetMetricsResponse metrics;
-  PS_RETURN_IF_ERROR(
-      c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
-  out->points.assign(metrics.points().begin(), metrics.points().end());
-  return absl::OkStatus();
-}
-
-// The job's latest values of `metrics` (GetMetrics of their points only).
-absl::StatusOr<std::vector<LiveMetric>> FetchLiveMetrics(
-    Client& c, const std::string& job_id,
-    const std::vector<const TestMetricInfo*>& metrics) {
-  GetMetricsRequest req;
-  req.set_job_id(job_id);
-  for (const TestMetricInfo* m : metrics) {
-    req.add_names(std::string(m->point_name));
-  }
-  GetMetricsResponse resp;
-  PS_RETURN_IF_ERROR(c.Call(&CoordinatorService::Stub::GetMetrics, req, &resp));
-  return LatestValues({resp.points().begin(), resp.points().end()}, metrics);
 }
 
 // The line `wait` ends with: the state and why, then the job's metric as
@@ -296,25 +191,6 @@ int WaitForJob(Client& client, const std::string& job_id) {
   return Ended(last.state()) ? JobExit(last) : kUnreachable;
 }
 
-absl::Status FetchJobData(Client& c, const std::string& job_id, JobData* out) {
-  GetJobRequest g;
-  g.set_job_id(job_id);
-  PS_RETURN_IF_ERROR(
-      c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
-  GetMetricsRequest m;
-  m.set_job_id(job_id);
-  GetMetricsResponse metrics;
-  PS_RETURN_IF_ERROR(
-      c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
-  out->points.assign(metrics.points().begin(), metrics.points().end());
-  GetEventsRequest e;
-  e.set_job_id(job_id);
-  GetEventsResponse events;
-  PS_RETURN_IF_ERROR(c.Call(&CoordinatorService::Stub::GetEvents, e, &events));
-  out->events.assign(events.events().begin(), events.events().end());
-  return absl::OkStatus();
-}
-
 std::string FormatTime(int64_t unix_ms) {
   if (unix_ms <= 0) return "-";
   return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms),
@@ -390,7 +266,7 @@ int RunCompare(Client& c, const CompareFlags& flags) {
 
 // Every option's value once the command line is parsed.
 struct Flags {
-  Globals g;
+  GlobalFlags g;
   // cluster up
   LocalClusterOptions up;
   std::vector<std::string> worker_flags, server_flags, coordinator_flags;
@@ -641,7 +517,7 @@ int ExplainCommand(Client& c, const Flags& f) {
 
 int CompareCommand(Client& c, const Flags& f) { return RunCompare(c, f.cmp); }
 
-void AddGlobalOptions(CLI::App& app, Globals& g) {
+void AddGlobalOptions(CLI::App& app, GlobalFlags& g) {
   app.add_option("--coordinator", g.coordinator,
                  "Coordinator host:port (default: --coordinator_file, else "
                  "$PS_COORDINATOR, else the local cluster in --run_dir)");
@@ -810,6 +686,9 @@ int Main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kOk : kUsage;
   }
+  if (const char* env = std::getenv("PS_COORDINATOR"))
+    f.g.env_coordinator = env;
+  if (const char* env = std::getenv("PS_TOKEN")) f.g.env_token = env;
 
   for (const LocalCommand& command : local) {
     if (*command.app) return command.run(f);

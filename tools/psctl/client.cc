@@ -1,0 +1,93 @@
+#include "tools/psctl/client.h"
+
+#include <unistd.h>
+
+#include "common/coordinator_address.h"
+#include "common/file_system.h"
+#include "tools/psctl/local_cluster.h"
+
+namespace ps::psctl {
+
+absl::StatusOr<Client> Client::Connect(const GlobalFlags& g) {
+  std::string address = g.coordinator;
+  if (address.empty() && !g.coordinator_file.empty()) {
+    PS_ASSIGN_OR_RETURN(
+        address, ReadCoordinatorFile(FileSystem::Posix(), g.coordinator_file));
+  }
+  if (address.empty() && g.env_coordinator.has_value()) {
+    address = *g.env_coordinator;
+  }
+  if (address.empty()) {
+    PS_ASSIGN_OR_RETURN(address, RecordedCoordinator(g.run_dir));
+  }
+  std::string token_file = g.token_file;
+  if (token_file.empty() && !g.env_token.has_value() &&
+      access((g.run_dir + "/token").c_str(), R_OK) == 0) {
+    token_file = g.run_dir + "/token";
+  }
+  PS_ASSIGN_OR_RETURN(std::string token,
+                      ReadClusterToken(token_file, g.env_token.has_value()
+                                                       ? g.env_token->c_str()
+                                                       : nullptr));
+  ChannelOptions channel_options;
+  channel_options.tls = g.tls;
+  PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, channel_options));
+  Client c;
+  c.address_ = address;
+  c.token_ = token;
+  c.timeout_ = absl::Seconds(g.timeout_s);
+  c.stub_ = CoordinatorService::NewStub(channel);
+  return c;
+}
+
+absl::Status FetchJobData(Client& c, const std::string& job_id, JobData* out) {
+  GetJobRequest g;
+  g.set_job_id(job_id);
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
+  GetMetricsRequest m;
+  m.set_job_id(job_id);
+  GetMetricsResponse metrics;
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
+  out->points.assign(metrics.points().begin(), metrics.points().end());
+  GetEventsRequest e;
+  e.set_job_id(job_id);
+  GetEventsResponse events;
+  PS_RETURN_IF_ERROR(c.Call(&CoordinatorService::Stub::GetEvents, e, &events));
+  out->events.assign(events.events().begin(), events.events().end());
+  return absl::OkStatus();
+}
+
+absl::Status FetchJobMetrics(Client& c, const std::string& job_id,
+                             JobData* out) {
+  GetJobRequest g;
+  g.set_job_id(job_id);
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
+  GetMetricsRequest m;
+  m.set_job_id(job_id);
+  for (const TestMetricInfo& metric : TestMetrics()) {
+    m.add_names(std::string(metric.point_name));
+  }
+  GetMetricsResponse metrics;
+  PS_RETURN_IF_ERROR(
+      c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
+  out->points.assign(metrics.points().begin(), metrics.points().end());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<LiveMetric>> FetchLiveMetrics(
+    Client& c, const std::string& job_id,
+    const std::vector<const TestMetricInfo*>& metrics) {
+  GetMetricsRequest req;
+  req.set_job_id(job_id);
+  for (const TestMetricInfo* m : metrics) {
+    req.add_names(std::string(m->point_name));
+  }
+  GetMetricsResponse resp;
+  PS_RETURN_IF_ERROR(c.Call(&CoordinatorService::Stub::GetMetrics, req, &resp));
+  return LatestValues({resp.points().begin(), resp.points().end()}, metrics);
+}
+
+}  // namespace ps::psctl
