@@ -6,6 +6,7 @@
 #include "worker/data/criteo_format.h"
 #include "worker/data/libsvm_format.h"
 #include "worker/data/movielens_format.h"
+#include "worker/data/text_count.h"
 
 namespace ps::worker::data {
 namespace {
@@ -94,37 +95,12 @@ absl::StatusOr<std::unique_ptr<BatchReader>> OpenSpecReader(
 absl::StatusOr<std::vector<int64_t>> CountShardExamples(const DataSpec& d,
                                                         int num_shards,
                                                         ReaderStats* stats) {
-  // The count does not depend on the order: no shuffle buffer to fill.
-  DataSpec unshuffled = d;
-  unshuffled.set_shuffle_buffer(0);
-  const std::vector<std::string> files(d.train_files().begin(),
-                                       d.train_files().end());
-  constexpr int kCountBatch = 4096;
-  std::vector<int64_t> counts;
-  for (int shard = 0; shard < num_shards; ++shard) {
-    absl::StatusOr<std::unique_ptr<BatchReader>> reader = OpenSpecReader(
-        unshuffled, files, 0, {.shard = shard, .num_shards = num_shards});
-    if (!reader.ok()) return reader.status();
-    while (true) {
-      absl::StatusOr<Batch> b = (*reader)->Next(kCountBatch);
-      if (!b.ok()) return b.status();
-      if (b->size == 0) break;
-    }
-    counts.push_back((*reader)->position());
-    if (stats != nullptr) {
-      const ReaderStats s = (*reader)->stats();
-      stats->lines += s.lines;
-      stats->examples += s.examples;
-      stats->bad_lines += s.bad_lines;
-      stats->bytes += s.bytes;
-      for (const std::string& sample : s.bad_line_samples) {
-        if (stats->bad_line_samples.size() < 20) {
-          stats->bad_line_samples.push_back(sample);
-        }
-      }
-    }
-  }
-  return counts;
+  absl::StatusOr<std::unique_ptr<LineParser>> parser = ParserForSpec(d);
+  if (!parser.ok()) return parser.status();
+  TextReaderOptions o;
+  o.files.assign(d.train_files().begin(), d.train_files().end());
+  o.bad_lines = BadLinePolicyForSpec(d);
+  return CountTextShardExamples(o, std::move(*parser), num_shards, stats);
 }
 
 }  // namespace ps::worker::data

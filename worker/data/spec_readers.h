@@ -31,11 +31,11 @@ absl::StatusOr<std::unique_ptr<BatchReader>> OpenSpecReader(
     const ShardSpec& shard);
 
 // Good examples in each of the `num_shards` data shards of d.train_files:
-// one streaming pass over the data (a gzip file is decompressed once per
-// shard, since its shards interleave lines). `stats` (may be null) gets
-// the lines and bad lines over all shards, and the first bad lines' samples.
-// The readers' errors, among them INVALID_ARGUMENT once bad lines pass the
-// spec's limit.
+// one streaming pass over the data (text_count.h: a gzip file is
+// decompressed once). `stats` (may be null) gets the lines and bad lines
+// over all shards, and the first bad lines' samples. The readers' errors,
+// among them INVALID_ARGUMENT once bad lines pass the spec's limit over
+// the whole pass.
 absl::StatusOr<std::vector<int64_t>> CountShardExamples(const DataSpec& d,
                                                         int num_shards,
                                                         ReaderStats* stats);
