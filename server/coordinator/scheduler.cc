@@ -40,6 +40,10 @@ std::vector<int64_t> IdleWorkers(JobTable& table, const Membership& members,
   return idle;
 }
 
+bool RefusedForGood(const absl::Status& setup) {
+  return absl::IsInvalidArgument(setup) || absl::IsUnimplemented(setup);
+}
+
 std::optional<Scheduler::Start> Scheduler::Plan(WriteBatch* writes) {
   Job* next = nullptr;
   for (auto& [id, job] : table_->jobs()) {
@@ -91,10 +95,16 @@ std::vector<std::string> Scheduler::Finish(
   Job* job = table_->jobs()[start.job_id].get();
   job->starting = false;
   std::string failure;
+  bool for_good = false;
   for (int i = 0; i < n; ++i) {
-    if (!results[i].ok() && failure.empty()) {
+    if (results[i].ok() || (!failure.empty() && for_good)) continue;
+    // A refusal that no retry can change ends the job: the first such one
+    // is its reason, else the first failure.
+    const bool refused = RefusedForGood(results[i]);
+    if (failure.empty() || refused) {
       failure = absl::StrCat("setup failed on shard ", i, " (",
                              start.servers[i], "): ", results[i].message());
+      for_good = refused;
     }
   }
   if (job->record.state() == PENDING && failure.empty()) {
@@ -122,8 +132,12 @@ std::vector<std::string> Scheduler::Finish(
     job->record.clear_slots();
     job->record.clear_servers();
     table_->AddEvent(*job, "setup_failed", failure, 0, writes);
-    job->record.set_reason(absl::StrCat(failure, "; will retry"));
-    table_->SaveRecord(*job, writes);
+    if (for_good) {
+      table_->SetState(*job, FAILED, failure, writes);
+    } else {
+      job->record.set_reason(absl::StrCat(failure, "; will retry"));
+      table_->SaveRecord(*job, writes);
+    }
   }
   for (ShardSync& s : job->shards) s.torn_down = true;
   return teardown;

@@ -4,7 +4,9 @@
 // ALIVE server (shard i on the i-th in member id order) and set up there;
 // its workers get ranks (data_assignment.h) and the job turns RUNNING. A
 // job that cannot start says why in its reason; a failed setup is undone
-// on the shards that took it and retried on a later Tick.
+// on the shards that took it and retried on a later Tick, unless a shard
+// refused it for good (RefusedForGood): then the job FAILS once, with that
+// shard's reason.
 #ifndef PS_SERVER_COORDINATOR_SCHEDULER_H_
 #define PS_SERVER_COORDINATOR_SCHEDULER_H_
 
@@ -38,6 +40,12 @@ bool IsBusy(JobTable& table, int64_t member_id)
 std::vector<int64_t> IdleWorkers(JobTable& table, const Membership& members,
                                  int64_t now, int64_t heartbeat_interval_ms)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
+
+// Whether a shard's SetupJob error is one that a retry cannot change:
+// INVALID_ARGUMENT (the shard refuses the spec, e.g. a stale ps_server
+// that does not know one of its fields) or UNIMPLEMENTED. Others
+// (UNAVAILABLE, DEADLINE_EXCEEDED, ...) are retried.
+bool RefusedForGood(const absl::Status& setup);
 
 // Why the job cannot start with these servers and idle workers, or empty
 // when it can (with `want` workers).

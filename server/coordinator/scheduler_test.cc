@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -173,6 +174,50 @@ TEST_F(SchedulerTest, AFailedSetupIsUndoneAndTriedAgain) {
   shards_.setup_errors.clear();
   StartNext();
   EXPECT_EQ(job.record.state(), RUNNING);
+}
+
+// A shard that refuses the job's spec refuses it on every retry: the job
+// fails once with the shard's reason (a stale ps_server that did not know
+// a DataSpec field had a job retried 586 times in 10 minutes).
+TEST_F(SchedulerTest, ASetupRefusedForGoodFailsTheJobOnce) {
+  AddMember(SERVER, "127.0.0.1:7001");
+  AddMember(SERVER, "127.0.0.1:7002");
+  AddMember(WORKER);
+  Job& job = Queue("job-1", 1, 0);
+  shards_.setup_errors["127.0.0.1:7001"] =
+      absl::UnavailableError("connection refused");
+  shards_.setup_errors["127.0.0.1:7002"] =
+      absl::InvalidArgumentError("data.path: no such directory");
+  StartNext();
+  EXPECT_EQ(job.record.state(), FAILED);
+  EXPECT_EQ(job.record.reason(),
+            "setup failed on shard 1 (127.0.0.1:7002): data.path: no such "
+            "directory");
+  EXPECT_GT(job.record.end_time_ms(), 0);
+  EXPECT_EQ(job.record.slots_size(), 0);
+  EXPECT_EQ(std::count_if(
+                job.events.begin(), job.events.end(),
+                [](const JobEvent& e) { return e.kind() == "setup_failed"; }),
+            1);
+  ASSERT_FALSE(job.events.empty());
+  EXPECT_EQ(job.events.back().kind(), "state");
+  EXPECT_EQ(store_.records.back().first.state(), FAILED) << "saved";
+  EXPECT_TRUE(shards_.teardowns.empty()) << "no shard took the job";
+  const size_t setups = shards_.setups.size();
+  shards_.setup_errors.clear();
+  StartNext();
+  EXPECT_EQ(job.record.state(), FAILED) << "not tried again";
+  EXPECT_EQ(shards_.setups.size(), setups);
+}
+
+TEST(Scheduler, OnlyRefusalsNoRetryCanChangeAreFinal) {
+  EXPECT_TRUE(RefusedForGood(absl::InvalidArgumentError("bad spec")));
+  EXPECT_TRUE(RefusedForGood(absl::UnimplementedError("no SetupJob")));
+  EXPECT_FALSE(RefusedForGood(absl::UnavailableError("connection refused")));
+  EXPECT_FALSE(RefusedForGood(absl::DeadlineExceededError("slow")));
+  EXPECT_FALSE(RefusedForGood(absl::ResourceExhaustedError("memory")));
+  EXPECT_FALSE(RefusedForGood(absl::AlreadyExistsError("job-1")));
+  EXPECT_FALSE(RefusedForGood(absl::OkStatus()));
 }
 
 TEST_F(SchedulerTest, AJobCancelledDuringItsSetupIsTornDown) {
