@@ -88,6 +88,10 @@ class CoordinatorWithServer : public ::testing::Test {
     HeartbeatRequest req;
     req.set_member_id(id);
     req.set_job_id(job);
+    // The job's steps per data shard, as a worker reports them once it
+    // has read the job's data (the coordinator cuts data plans by them).
+    req.set_shard_steps(600);
+    req.set_steps_per_epoch(600);
     HeartbeatResponse resp;
     EXPECT_TRUE(Call(&CoordinatorService::Stub::Heartbeat, req, &resp).ok());
     return resp;

@@ -44,12 +44,20 @@ void LogBadLines(const char* what, int64_t bad,
                absl::StrJoin(samples, "; ").c_str());
 }
 
-// data.max_steps, or epochs x the smallest shard's full batches, counted.
-absl::StatusOr<Budget> BudgetFor(const DataSpec& d, int num_shards) {
+// data.max_steps; or the job's shape as the coordinator has it (a worker
+// counted it: one that resumes or rejoins does not count again); or epochs
+// x the smallest shard's full batches, counted.
+absl::StatusOr<Budget> BudgetFor(const WorkerAssignment& a, int num_shards) {
+  const DataSpec& d = a.spec().data();
   Budget b;
   if (d.max_steps() > 0) {
     b.steps_per_epoch = d.max_steps();
     b.total_steps = d.max_steps();
+    return b;
+  }
+  if (a.shard_steps() > 0 && a.steps_per_epoch() > 0) {
+    b.steps_per_epoch = a.steps_per_epoch();
+    b.total_steps = a.shard_steps();
     return b;
   }
   data::ReaderStats stats;
@@ -104,20 +112,6 @@ absl::Status PullDense(TrainableModel& model, ParameterAccess& params,
   return absl::OkStatus();
 }
 
-// The step's address among this worker's data shards.
-struct Address {
-  int shard = 0;
-  int64_t epoch = 0;
-  int64_t index = 0;
-};
-
-Address AddressOf(int64_t step, int64_t steps_per_epoch,
-                  const std::vector<int>& shards) {
-  const int64_t b = step % steps_per_epoch;
-  const int64_t n = static_cast<int64_t>(shards.size());
-  return {shards[b % n], step / steps_per_epoch, b / n};
-}
-
 }  // namespace
 
 absl::StatusOr<TestScore> ScoreOnTestFiles(TrainableModel& model,
@@ -169,20 +163,6 @@ absl::StatusOr<TestScore> ScoreOnTestFiles(TrainableModel& model,
   return score;
 }
 
-// The data shards `plan` names, in order, each once. Streamed text data
-// follows its plan's data shards, not yet its batches (a known limit,
-// docs/faults.md).
-std::vector<int> DataShardsOf(const WorkerPlan& plan) {
-  std::vector<int> shards;
-  for (const DataSegment& s : plan.segments) {
-    if (std::find(shards.begin(), shards.end(), s.data_shard()) ==
-        shards.end()) {
-      shards.push_back(s.data_shard());
-    }
-  }
-  return shards;
-}
-
 absl::StatusOr<TrainResult> TrainOnStreamedData(
     const WorkerAssignment& a, kernels::Backend* backend,
     ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
@@ -195,7 +175,10 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
                       model::CreateLayerModel(
                           spec.model(), parser->schema().dense_dim, backend));
   const int num_shards = std::max(1, a.num_data_shards());
-  PS_ASSIGN_OR_RETURN(const Budget budget, BudgetFor(d, num_shards));
+  PS_ASSIGN_OR_RETURN(const Budget budget, BudgetFor(a, num_shards));
+  if (options.on_data_shape) {
+    options.on_data_shape(budget.total_steps, budget.steps_per_epoch);
+  }
   const std::vector<std::string> files(d.train_files().begin(),
                                        d.train_files().end());
   data::ShardBatches batches(
@@ -203,8 +186,14 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
         return data::OpenSpecReader(d, files, d.shuffle_seed(), s);
       },
       num_shards, d.batch_size());
-  std::vector<int> shards(a.data_shards().begin(), a.data_shards().end());
-  if (shards.empty()) shards = {a.rank()};
+  // The plan, read again before every step: it grows when a leaver's
+  // batches are moved here (leftover_data TRAIN), or shrinks when a
+  // rejoining worker takes its data shard back.
+  WorkerPlan plan = PlanOf(a);
+  const auto plan_end = [&] {
+    if (current_plan) plan = current_plan();
+    return PlanEnd(plan.start, plan.segments, budget.total_steps);
+  };
 
   const Clock* const clock = Clock::Real();
   const MetricStamp stamp(clock, budget.steps_per_epoch);
@@ -234,19 +223,22 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
   const Slowdown slowdown = SlowdownFor(spec, a.rank());
 
   int64_t step = a.start_step();
-  while (step < budget.total_steps) {
+  int64_t end = 0;
+  while (step < (end = plan_end())) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(absl::StrCat("stopped at step ", step));
     }
-    if (current_plan) {
-      std::vector<int> now = DataShardsOf(current_plan());
-      if (!now.empty()) shards = std::move(now);
-    }
     const absl::Time t0 = clock->Now();
-    const Address at = AddressOf(step, budget.steps_per_epoch, shards);
-    PS_ASSIGN_OR_RETURN(const data::Batch batch,
-                        Annotated(batches.BatchAt(at.shard, at.epoch, at.index),
-                                  "training data"));
+    // A clock before the plan's start trains its first batch (as the IDX
+    // path does).
+    PS_ASSIGN_OR_RETURN(
+        const PlannedBatch at,
+        PlanBatchAt(plan, std::max(step, plan.start), budget.total_steps,
+                    budget.steps_per_epoch));
+    PS_ASSIGN_OR_RETURN(
+        const data::Batch batch,
+        Annotated(batches.BatchAt(at.data_shard, at.epoch, at.index),
+                  "training data"));
     for (; samples_logged < batches.bad_line_samples().size();
          ++samples_logged) {
       std::fprintf(stderr, "worker: bad line %s\n",
@@ -269,7 +261,7 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
     result.last_loss = r.loss;
     ++result.steps;
     ++step;
-    if (window.Due(step, budget.total_steps)) {
+    if (window.Due(step, end)) {
       window.Report(step, sink);
       const int64_t bad =
           budget.bad_lines >= 0 ? budget.bad_lines : batches.bad_lines();

@@ -6,11 +6,17 @@
 // the step ended) under the job's consistency model; the evaluator scores
 // the model on the test files with the metrics its head implies.
 //
-// Steps: epochs x floor(the smallest data shard's examples / batch_size),
-// the examples counted in one streaming pass over the training files at
-// the job's start; or data.max_steps, without that pass. Step s of a
-// worker holding data shards S (usually {rank}) in a job of E steps per
-// epoch reads batch (s % E) / |S| of shard S[(s % E) % |S|] in epoch s / E.
+// Steps: the worker's data plan (WorkerAssignment.plan, worker/
+// plan_batches.h), batch by batch as the IDX path follows it: at clock c
+// the batch PlanBatchAt names, batch b of a data shard being batch
+// b % steps_per_epoch of epoch b / steps_per_epoch of that shard. A data
+// shard has epochs x steps_per_epoch batches, steps_per_epoch = floor(the
+// smallest data shard's examples / batch_size), the examples counted in
+// one streaming pass over the training files at the job's start (or taken
+// from the assignment when the coordinator has the count from a worker);
+// or data.max_steps batches, without that pass. The shape is reported
+// through TrainerOptions.on_data_shape before the first step, so the
+// coordinator can cut and move plans (server/coordinator/leftover_data.h).
 #ifndef PS_WORKER_DATA_TRAINER_H_
 #define PS_WORKER_DATA_TRAINER_H_
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "worker/data/data_test_util.h"
 #include "worker/local_parameter_access.h"
 #include "worker/model/layer_model.h"
+#include "worker/plan_batches.h"
 #include "worker/trainer.h"
 
 namespace ps::worker {
@@ -133,6 +135,143 @@ TEST(DataTrainer, MatrixFactorizationLearnsPlantedRatings) {
   EXPECT_LT(rmse.back(), 0.3) << "first " << rmse.front();
   EXPECT_GT(bad_lines_points, 0);
   EXPECT_GT(j.params->table_size(0), 0);
+}
+
+// Records the keys each step pulls from table 0, by clock.
+class KeyRecorder final : public ParameterAccess {
+ public:
+  explicit KeyRecorder(ParameterAccess* inner) : inner_(inner) {}
+  absl::StatusOr<int64_t> Pull(
+      int64_t clock, std::vector<absl::Span<float>> tensors) override {
+    return inner_->Pull(clock, std::move(tensors));
+  }
+  absl::Status Push(int64_t clock, int64_t base_version, int index,
+                    absl::Span<const float> grad) override {
+    return inner_->Push(clock, base_version, index, grad);
+  }
+  absl::StatusOr<int64_t> Finish(int64_t clock) override {
+    return inner_->Finish(clock);
+  }
+  absl::Status PullSparse(int64_t clock, int table,
+                          absl::Span<const uint64_t> keys,
+                          absl::Span<float> rows) override {
+    if (table == 0) keys_[clock].assign(keys.begin(), keys.end());
+    return inner_->PullSparse(clock, table, keys, rows);
+  }
+  absl::Status PushSparse(int64_t clock, int64_t base_version, int table,
+                          absl::Span<const uint64_t> keys,
+                          absl::Span<const float> grads) override {
+    return inner_->PushSparse(clock, base_version, table, keys, grads);
+  }
+  const std::map<int64_t, std::vector<uint64_t>>& keys() const { return keys_; }
+
+ private:
+  ParameterAccess* inner_;
+  std::map<int64_t, std::vector<uint64_t>> keys_;
+};
+
+// Two data shards of 200 ratings (6 full batches of 32 each per epoch).
+Job TwoShardJob(const std::string& train, int rank) {
+  Job j = MfJob(train, "");
+  j.assignment.set_rank(rank);
+  j.assignment.set_num_workers(2);
+  j.assignment.set_num_data_shards(2);
+  j.assignment.set_evaluator(false);
+  j.assignment.mutable_spec()->mutable_data()->set_epochs(2);
+  return j;
+}
+
+// The counting pass's shape goes to on_data_shape before the first step,
+// for the coordinator's cuts of data plans.
+TEST(DataTrainer, ReportsTheShapeItCounted) {
+  const std::string train = TempPath("mf_shape.train");
+  ASSERT_TRUE(WriteFile(train, PlantedRatings(400, 6)).ok());
+  Job j = TwoShardJob(train, 0);
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  int64_t steps_before_shape = -1;
+  int64_t steps = 0;
+  TrainerOptions o;
+  o.on_step = [&](int64_t) { ++steps; };
+  o.on_data_shape = [&](int64_t shard_steps, int64_t per_epoch) {
+    shapes.emplace_back(shard_steps, per_epoch);
+    steps_before_shape = steps;
+  };
+  absl::StatusOr<TrainResult> r = Train(
+      j.assignment, nullptr, nullptr, j.backend.get(), j.params.get(),
+      [](std::vector<MetricPoint>, bool) {}, nullptr, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(shapes.size(), 1u);
+  // The smaller of the two byte ranges holds about 200 ratings: 6 batches.
+  const int64_t per_epoch = shapes[0].second;
+  EXPECT_GE(per_epoch, 5);
+  EXPECT_LE(per_epoch, 6);
+  EXPECT_EQ(shapes[0].first, 2 * per_epoch);
+  EXPECT_EQ(steps_before_shape, 0);
+  EXPECT_EQ(r->final_clock, 2 * per_epoch);
+
+  // A worker given the job's shape (a resumed or rejoining one) does not
+  // count again: a shape no count gives is followed.
+  Job k = TwoShardJob(train, 0);
+  k.assignment.set_shard_steps(3);
+  k.assignment.set_steps_per_epoch(3);
+  shapes.clear();
+  r = Train(
+      k.assignment, nullptr, nullptr, k.backend.get(), k.params.get(),
+      [](std::vector<MetricPoint>, bool) {}, nullptr, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->final_clock, 3);
+  ASSERT_EQ(shapes.size(), 1u);
+  EXPECT_EQ(shapes[0], std::make_pair(int64_t{3}, int64_t{3}));
+}
+
+// A survivor given part of another worker's data shard in its plan trains
+// those batches, one per step, exactly as their owner would have: the
+// examples (their users' keys) at each of its clocks are those of the
+// owner's clocks. The plan grows while it trains (current_plan).
+TEST(DataTrainer, FollowsItsPlanBatchByBatch) {
+  const std::string train = TempPath("mf_plan.train");
+  ASSERT_TRUE(WriteFile(train, PlantedRatings(400, 7)).ok());
+  // The owner: rank 1 on its own data shard, all of it.
+  Job owner = TwoShardJob(train, 1);
+  KeyRecorder owner_keys(owner.params.get());
+  absl::StatusOr<TrainResult> r = Train(
+      owner.assignment, nullptr, nullptr, owner.backend.get(), &owner_keys,
+      [](std::vector<MetricPoint>, bool) {}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int64_t shard_steps = r->final_clock;
+  ASSERT_GE(shard_steps, 10);
+
+  // The survivor: rank 0 with shard 0's batches 0-3, then shard 1's 4-8
+  // (batch 4 in the first epoch, the rest past it), the second part
+  // appended after its fourth step.
+  Job survivor = TwoShardJob(train, 0);
+  DataSegment* own = survivor.assignment.add_plan();
+  own->set_data_shard(0);
+  own->set_end_batch(4);
+  WorkerPlan plan = PlanOf(survivor.assignment);
+  WorkerPlan grown = plan;
+  DataSegment* moved = grown.segments.Add();
+  moved->set_data_shard(1);
+  moved->set_first_batch(4);
+  moved->set_end_batch(9);
+  int64_t at = 0;
+  TrainerOptions o;
+  o.on_step = [&](int64_t clock) { at = clock; };
+  KeyRecorder survivor_keys(survivor.params.get());
+  r = Train(
+      survivor.assignment, nullptr, nullptr, survivor.backend.get(),
+      &survivor_keys, [](std::vector<MetricPoint>, bool) {}, nullptr, o,
+      [&] { return at >= 4 ? grown : plan; });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->steps, 9);
+  EXPECT_EQ(r->final_clock, 9);
+  for (int64_t k = 0; k < 5; ++k) {
+    ASSERT_EQ(survivor_keys.keys().count(4 + k), 1u) << k;
+    EXPECT_EQ(survivor_keys.keys().at(4 + k), owner_keys.keys().at(4 + k))
+        << "clock " << 4 + k << ": batch " << 4 + k << " of data shard 1";
+  }
+  EXPECT_NE(survivor_keys.keys().at(0), owner_keys.keys().at(0))
+      << "clock 0 trains data shard 0";
 }
 
 TEST(DataTrainer, MaxStepsSkipsTheCountAndWrapsEpochs) {

@@ -338,20 +338,6 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
   if (job.spec().data().format() == DataSpec::IDX) {
     PS_RETURN_IF_ERROR(
         w.data.Get(dir, !job.spec().data().no_normalize(), &train, &test));
-    // For the coordinator's cuts of data plans.
-    const int n = std::max(1, job.num_data_shards());
-    absl::MutexLock l(&control.plan_mu);
-    control.shard_steps = TotalSteps(job.spec(), train->num_examples, n);
-    w.link->SetDataShape(
-        control.shard_steps,
-        StepsPerEpoch(train->num_examples, n, job.spec().data().batch_size()));
-  } else {
-    // No data shape yet for text data (the trainer counts it, or runs
-    // max_steps): clear the last IDX job's, which the heartbeats would
-    // otherwise send and the coordinator would cut this job's plans by.
-    absl::MutexLock l(&control.plan_mu);
-    control.shard_steps = 0;
-    w.link->SetDataShape(0, 0);
   }
   PsAccessOptions ao;
   ao.token = w.token;
@@ -366,6 +352,16 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
   to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
   to.is_evaluator = [&control] { return control.evaluator.load(); };
   CoordinatorLink* l = w.link.get();
+  // The data's shape as Train derived it (IDX: the dataset's size; text:
+  // the counting pass), for the coordinator's cuts of data plans.
+  to.on_data_shape = [&control, l](int64_t shard_steps,
+                                   int64_t steps_per_epoch) {
+    {
+      absl::MutexLock lock(&control.plan_mu);
+      control.shard_steps = shard_steps;
+    }
+    l->SetDataShape(shard_steps, steps_per_epoch);
+  };
   to.on_step = [&job, &control, l](int64_t clock) {
     control.at_clock = clock;
     l->SetProgress(job.job_id(), clock, job.incarnation());
@@ -420,6 +416,9 @@ JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job) {
                                   " (rollback ", job.incarnation(), ")")
                          .c_str()
                    : "");
+  // No data shape until this run's trainer reports it: the heartbeats
+  // would otherwise carry the last job's with this one's id.
+  w.link->SetDataShape(0, 0);
   w.link->SetProgress(job.job_id(), job.start_step(), job.incarnation());
   JobControl control;
   control.evaluator = job.evaluator();
@@ -509,7 +508,8 @@ int main(int argc, char** argv) {
       "Jobs on text data (data.format CRITEO, LIBSVM or MOVIELENS) stream "
       "data.train_files from this host's disk; without data.max_steps the "
       "worker first counts the training examples in one streaming pass over "
-      "them to size an epoch (docs/data.md).\n"
+      "them to size an epoch, unless the coordinator already has a worker's "
+      "count (docs/data.md).\n"
       "Environment: PS_TOKEN (the cluster token without --token_file); "
       "PS_MALLOC_TUNING=0 keeps glibc's allocator defaults instead of "
       "keeping freed message buffers (up to 256 MB) in the process; "

@@ -181,6 +181,9 @@ absl::StatusOr<TrainResult> Train(
   const int num_shards = std::max(1, a.num_data_shards());
   PS_ASSIGN_OR_RETURN(const StepBudget budget,
                       BudgetFor(spec, train->num_examples, num_shards));
+  if (options.on_data_shape) {
+    options.on_data_shape(budget.total_steps, budget.steps_per_epoch);
+  }
   BatchSource batches(a, train, num_shards, budget, std::move(current_plan));
   int64_t total_steps = batches.End();
   // Declared after the model: destroyed first, ending the calls in flight

@@ -36,6 +36,13 @@ struct TrainerOptions {
   // Whether this worker evaluates now; the role moves when the coordinator
   // evicts the evaluator. Unset: the assignment's evaluator flag.
   std::function<bool()> is_evaluator;
+  // Called once the job's data shape is known, before the first step: its
+  // steps per data shard (data.max_steps, else epochs x steps_per_epoch)
+  // and per epoch, as this worker derived them from its data (IDX: the
+  // dataset's size; text data: the counting pass). The daemon's heartbeats
+  // carry them to the coordinator, which cuts data plans by them.
+  std::function<void(int64_t shard_steps, int64_t steps_per_epoch)>
+      on_data_shape;
 };
 
 struct TrainResult {

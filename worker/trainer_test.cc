@@ -504,5 +504,36 @@ TEST_F(TrainerTest, TrainsWhatItsPlanGainsWhileItRuns) {
   EXPECT_EQ(dones, 1);
 }
 
+// The data's shape goes to on_data_shape before the first step: the
+// daemon's heartbeats carry it to the coordinator, which cuts plans by it.
+TEST_F(TrainerTest, ReportsItsDataShapeBeforeTheFirstStep) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  WorkerAssignment a;
+  *a.mutable_spec() = Spec(0);
+  a.mutable_spec()->mutable_data()->set_epochs(1);
+  a.set_num_data_shards(2);
+  DataSegment* d = a.add_plan();
+  d->set_data_shard(0);
+  d->set_end_batch(3);
+  LocalParams params(a.spec(), 0.1f);
+  int64_t steps = 0;
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  TrainerOptions o;
+  o.on_step = [&](int64_t) { ++steps; };
+  o.on_data_shape = [&](int64_t shard_steps, int64_t per_epoch) {
+    EXPECT_EQ(steps, 0) << "before the first step";
+    shapes.emplace_back(shard_steps, per_epoch);
+  };
+  auto result = Train(
+      a, train_, test_, backend->get(), &params,
+      [](std::vector<MetricPoint>, bool) {}, nullptr, o);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(shapes.size(), 1u);
+  // 60000 examples over 2 data shards in batches of 64, one epoch.
+  EXPECT_EQ(shapes[0], std::make_pair(int64_t{468}, int64_t{468}));
+  EXPECT_EQ(result->final_clock, 3);
+}
+
 }  // namespace
 }  // namespace ps::worker

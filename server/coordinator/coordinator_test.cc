@@ -21,6 +21,9 @@
 namespace ps::coordinator {
 namespace {
 
+// The steps per data shard the test's workers report in their heartbeats.
+constexpr int64_t kShardSteps = 600;
+
 JobSpec Spec(int num_workers) {
   JobSpec spec;
   spec.set_name("t");
@@ -84,6 +87,11 @@ class CoordinatorTest : public ::testing::Test {
     r.set_member_id(id);
     r.set_job_id(job_id);
     r.set_clock(clock);
+    if (!job_id.empty()) {
+      // As a worker's do once it has read the job's data.
+      r.set_shard_steps(kShardSteps);
+      r.set_steps_per_epoch(kShardSteps);
+    }
     auto resp = coordinator_->Heartbeat(r);
     EXPECT_TRUE(resp.ok());
     return *resp;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/coordinator/data_assignment.h"
+#include "server/coordinator/leftover_data.h"
 #include "server/coordinator/straggler_policy.h"
 
 namespace ps::coordinator {
@@ -174,6 +175,11 @@ void AnswerHeartbeat(JobTable& table, const HeartbeatRequest& request,
       if (request.shard_steps() > 0 && job->record.shard_steps() == 0) {
         job->record.set_shard_steps(request.shard_steps());
         job->record.set_steps_per_epoch(request.steps_per_epoch());
+        // Text data has no estimate before its count: the progress bar's
+        // total is now known.
+        if (job->record.total_steps() == 0) {
+          job->record.set_total_steps(request.shard_steps());
+        }
       }
     }
     FillAssignment(*job, *slot, a);
@@ -227,6 +233,7 @@ void CheckRunningJob(JobTable& table, Job& job, const Membership& members,
   }
   EvictSilentWorkers(table, job, now, writes);
   if (job.record.state() != RUNNING) return;
+  MovePendingLeftovers(table, job, writes);
   TrackShards(table, job, members, now, options.server_wait_timeout_ms, writes);
   if (job.record.state() != RUNNING) return;
   EvictBarrierHolders(table, job, now, writes);

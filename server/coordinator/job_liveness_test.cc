@@ -112,6 +112,42 @@ TEST_F(LivenessTest, HeartbeatsGetTrainStopOrIdle) {
   EXPECT_EQ(Beat(1, "job-1", 7).command(), WorkerAssignment::STOP);
 }
 
+// A text job's shape comes from its workers' counting pass, through the
+// heartbeats: the first report is the job's (and its progress total, which
+// had no estimate); another job's or incarnation's, or a later one, is not.
+TEST_F(LivenessTest, HeartbeatsCarryTheDataShape) {
+  Job& job = Running("job-1", 2, 1);
+  job.record.mutable_spec()->mutable_data()->set_format(DataSpec::CRITEO);
+  job.record.mutable_spec()->mutable_data()->set_max_steps(0);
+  job.record.set_total_steps(0);
+  const auto beat = [&](const std::string& id, int64_t incarnation,
+                        int64_t shard_steps) {
+    HeartbeatRequest r;
+    r.set_member_id(1);
+    r.set_job_id(id);
+    r.set_incarnation(incarnation);
+    r.set_shard_steps(shard_steps);
+    r.set_steps_per_epoch(shard_steps / 3);
+    WorkerAssignment a;
+    absl::MutexLock l(&table_.mu());
+    AnswerHeartbeat(table_, r, clock_.NowMs(), options_.rate_window_ms, &a);
+    return a;
+  };
+  EXPECT_EQ(beat("job-1", 0, 0).shard_steps(), 0) << "not counted yet";
+  EXPECT_EQ(JobShardSteps(job.record), 0);
+  beat("job-0", 0, 999);
+  beat("job-1", 1, 999);
+  EXPECT_EQ(JobShardSteps(job.record), 0) << "not this job's shape";
+  WorkerAssignment a = beat("job-1", 0, 240);
+  EXPECT_EQ(JobShardSteps(job.record), 240);
+  EXPECT_EQ(job.record.steps_per_epoch(), 80);
+  EXPECT_EQ(job.record.total_steps(), 240);
+  EXPECT_EQ(a.shard_steps(), 240) << "handed to the workers";
+  EXPECT_EQ(a.steps_per_epoch(), 80);
+  beat("job-1", 0, 300);
+  EXPECT_EQ(JobShardSteps(job.record), 240) << "the first report stays";
+}
+
 TEST_F(LivenessTest, ClocksMoveTheStepAndFeedTheRate) {
   Job& job = Running("job-1", 1, 1);
   const int64_t change = job.change;

@@ -34,15 +34,11 @@ int64_t MaxStep(const JobSpec& spec) {
 }
 
 int64_t JobShardSteps(const JobRecord& record) {
-  const DataSpec& d = record.spec().data();
   if (record.shard_steps() > 0) return record.shard_steps();
-  if (d.max_steps() > 0) return d.max_steps();
-  // Text data: its size is the workers' count, which they do not report
-  // yet; 0 (unknown) plans nothing past a worker's own end.
-  if (d.format() != DataSpec::IDX) return 0;
-  const int64_t per_shard = std::max(1, record.num_data_shards()) *
-                            int64_t{std::max(1, d.batch_size())};
-  return d.epochs() * (kTrainExamples / per_shard);
+  // Unknown (0) until a worker reports what it derived from its data (IDX
+  // and text alike, before its first step): a plan with no known end runs
+  // to the worker's own.
+  return std::max<int64_t>(0, record.spec().data().max_steps());
 }
 
 int64_t MaxJobStep(const JobRecord& record) {
@@ -115,6 +111,8 @@ void FillAssignment(const Job& job, const WorkerSlot& slot,
   *a->mutable_plan() = slot.plan();
   a->set_plan_start(slot.plan_start());
   a->set_done(slot.done());
+  a->set_shard_steps(job.record.shard_steps());
+  a->set_steps_per_epoch(job.record.steps_per_epoch());
 }
 
 namespace {

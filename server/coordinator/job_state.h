@@ -34,9 +34,9 @@ int64_t MaxStep(const JobSpec& spec);
 // when a data plan runs past it (total_steps follows the longest plan).
 int64_t MaxJobStep(const JobRecord& record);
 
-// The job's steps per data shard: as the workers reported them, else
-// data.max_steps, else (IDX) epochs over Fashion-MNIST's 60,000 examples
-// at batch_size per data shard; 0 (unknown) for text data.
+// The job's steps per data shard: as the workers reported them (derived
+// from their data: the dataset's size, or text data's counting pass),
+// else data.max_steps, else 0 (not known yet), whatever the data format.
 int64_t JobShardSteps(const JobRecord& record);
 
 // Per-shard progress of bringing a job's shard in line (reconciler.h).

@@ -59,24 +59,26 @@ TEST(JobState, TextDataWithoutMaxStepsHasNoKnownTotal) {
   EXPECT_EQ(MaxStep(spec), 40);
 }
 
-// A data plan on text data without max_steps runs to no known end (a
-// Fashion-MNIST estimate kept its workers "not done" past their data).
-TEST(JobState, TextDataHasNoShardStepsUntilKnown) {
-  JobRecord record;
-  DataSpec* d = record.mutable_spec()->mutable_data();
-  d->set_format(DataSpec::CRITEO);
-  d->set_batch_size(128);
-  d->set_epochs(1);
-  record.set_num_data_shards(2);
-  EXPECT_EQ(JobShardSteps(record), 0);
-  d->set_max_steps(40);
-  EXPECT_EQ(JobShardSteps(record), 40);
-  d->set_max_steps(0);
-  record.set_shard_steps(78);  // as the workers reported it
-  EXPECT_EQ(JobShardSteps(record), 78);
-  d->set_format(DataSpec::IDX);
-  record.set_shard_steps(0);
-  EXPECT_EQ(JobShardSteps(record), 60000 / (2 * 128));
+// A data plan without max_steps runs to no known end until a worker
+// reports the shape it derived from its data, IDX and text data alike (a
+// Fashion-MNIST estimate kept text workers "not done" past their data).
+TEST(JobState, NoShardStepsUntilReported) {
+  for (const DataSpec::Format format : {DataSpec::CRITEO, DataSpec::IDX}) {
+    JobRecord record;
+    DataSpec* d = record.mutable_spec()->mutable_data();
+    d->set_format(format);
+    d->set_batch_size(128);
+    d->set_epochs(1);
+    record.set_num_data_shards(2);
+    EXPECT_EQ(JobShardSteps(record), 0) << format;
+    d->set_max_steps(40);
+    EXPECT_EQ(JobShardSteps(record), 40) << format;
+    d->set_max_steps(0);
+    record.set_shard_steps(78);  // as the workers reported it
+    EXPECT_EQ(JobShardSteps(record), 78) << format;
+    d->set_max_steps(40);
+    EXPECT_EQ(JobShardSteps(record), 78) << format << ": the report wins";
+  }
 }
 
 TEST(JobState, MaxStepIsOneWorkerDoingEveryEpoch) {
@@ -143,6 +145,12 @@ TEST(JobState, AssignmentCarriesTheSlotAndTheJob) {
   EXPECT_EQ(a.membership_epoch(), 4);
   EXPECT_EQ(a.start_step(), 57);
   EXPECT_EQ(a.incarnation(), 2);
+  EXPECT_EQ(a.shard_steps(), 0) << "no shape reported yet";
+  job.record.set_shard_steps(312);
+  job.record.set_steps_per_epoch(104);
+  FillAssignment(job, *s, &a);
+  EXPECT_EQ(a.shard_steps(), 312);
+  EXPECT_EQ(a.steps_per_epoch(), 104);
 }
 
 TEST(JobState, ShardsAreKnownByAddress) {

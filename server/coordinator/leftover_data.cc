@@ -94,6 +94,18 @@ void MoveLeftoverData(JobTable& table, Job& job, WorkerSlot& gone,
                       int64_t clock, WriteBatch* writes) {
   JobRecord& r = job.record;
   const int64_t steps = JobShardSteps(r);
+  if (steps == 0) {
+    // A plan of unknown length cannot be cut: wait for the count.
+    gone.set_leftover_pending(true);
+    gone.set_stopped_at(clock);
+    table.AddEvent(job, "data_pending",
+                   absl::StrCat(Who(gone), " stopped at step ", clock,
+                                " before the job's data was counted: its "
+                                "untrained data moves once a worker reports "
+                                "the count"),
+                   gone.member_id(), writes);
+    return;
+  }
   std::vector<DataSegment> left =
       CutPlan(gone.plan_start(), gone.mutable_plan(),
               std::max(clock, gone.plan_start()), steps);
@@ -148,6 +160,31 @@ void MoveLeftoverData(JobTable& table, Job& job, WorkerSlot& gone,
                    moved * std::max(1, r.spec().data().batch_size()),
                    " examples) untrained: ", absl::StrJoin(moves, "; ")),
       gone.member_id(), writes);
+}
+
+void MovePendingLeftovers(JobTable& table, Job& job, WriteBatch* writes) {
+  if (JobShardSteps(job.record) == 0) return;
+  bool changed = false;
+  for (WorkerSlot& gone : *job.record.mutable_slots()) {
+    if (!gone.leftover_pending()) continue;
+    gone.set_leftover_pending(false);
+    changed = true;
+    // A worker that rejoined at the rank took its data shard back.
+    bool retaken = false;
+    for (const WorkerSlot& s : job.record.slots()) {
+      retaken |= s.active() && s.rank() == gone.rank();
+    }
+    if (retaken) {
+      // Its plan ends where it stopped, as a leaver's does.
+      CutPlan(gone.plan_start(), gone.mutable_plan(),
+              std::max(gone.stopped_at(), gone.plan_start()),
+              JobShardSteps(job.record));
+      gone.clear_data_shards();
+    } else {
+      MoveLeftoverData(table, job, gone, gone.stopped_at(), writes);
+    }
+  }
+  if (changed) table.SaveRecord(job, writes);
 }
 
 void TakeBackRankData(JobTable& table, Job& job, WorkerSlot& back,

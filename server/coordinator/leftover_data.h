@@ -42,8 +42,17 @@ bool UsesPlans(const JobRecord& record);
 
 // Cuts the plan of `gone` (already inactive) at `clock` and trains or skips
 // the rest as above. Events go to the job; the caller saves the record.
+// While the job's steps per data shard are unknown (JobShardSteps 0: text
+// data its workers are still counting) nothing is cut: `gone` is marked
+// leftover_pending at `clock` (event "data_pending").
 void MoveLeftoverData(JobTable& table, Job& job, WorkerSlot& gone,
                       int64_t clock, WriteBatch* writes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
+
+// Once the job's steps per data shard are known, MoveLeftoverData for each
+// slot marked leftover_pending (unless a worker rejoined at its rank and
+// took its data shard back), and saves the record.
+void MovePendingLeftovers(JobTable& table, Job& job, WriteBatch* writes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
 
 // The plan of `back`, a slot rejoining as `back.rank()` at its start_step:

@@ -352,6 +352,88 @@ TEST_F(LeftoverDataTest, ReportedShardStepsDecideTheCut) {
   EXPECT_EQ(JobShardSteps(job.record), 50);
 }
 
+// Text data sized by epochs: its steps per data shard are the workers'
+// count, reported through their heartbeats. Once known, a leaver's batches
+// move under TRAIN and are counted under SKIP as on IDX data.
+TEST_F(LeftoverDataTest, TextDataMovesOrSkipsByTheReportedShape) {
+  for (const DataSpec::LeftoverData leftover :
+       {DataSpec::TRAIN, DataSpec::SKIP}) {
+    Job& job = Start(3, ConsistencySpec::ASP, leftover);
+    DataSpec* d = job.record.mutable_spec()->mutable_data();
+    d->set_format(DataSpec::MOVIELENS);
+    d->set_max_steps(0);
+    d->set_epochs(2);
+    job.record.set_shard_steps(60);  // 2 epochs of 30 batches, counted
+    job.record.set_steps_per_epoch(30);
+    job.runtime[1].clock = 42;
+    job.runtime[2].clock = 45;
+    job.runtime[3].clock = 44;
+    Evict(job, 1);
+    const JobRecord r = Snapshot(job);
+    EXPECT_EQ(r.examples_total(), 3 * 60 * kBatch);
+    if (leftover == DataSpec::TRAIN) {
+      EXPECT_EQ(Plan(job.record.slots(1)),
+                (std::vector<std::string>{"1:0-0", "0:42-51"}));
+      EXPECT_EQ(Plan(job.record.slots(2)),
+                (std::vector<std::string>{"2:0-0", "0:51-60"}));
+      EXPECT_NE(FindEvent(job, "data_moved"), nullptr);
+      EXPECT_EQ(r.examples_skipped(), 0);
+    } else {
+      EXPECT_EQ(r.examples_skipped(), 18 * kBatch);
+      EXPECT_NE(FindEvent(job, "data_skipped"), nullptr);
+    }
+    EXPECT_EQ(r.examples_trained() + r.examples_skipped(),
+              (42 + 45 + 44) * kBatch +
+                  (leftover == DataSpec::TRAIN ? 0 : 18 * kBatch))
+        << "the leaver's 42 batches trained, the rest moved or skipped";
+    absl::MutexLock l(&table_.mu());
+    table_.jobs().clear();
+  }
+}
+
+// A worker that dies while the text data is still being counted leaves a
+// plan of unknown length: it waits (event data_pending) and moves once a
+// worker reports the count; a worker that rejoined at its rank keeps it.
+TEST_F(LeftoverDataTest, ALeftoverOfUnknownLengthMovesOnceCounted) {
+  for (const bool rejoined : {false, true}) {
+    Job& job = Start(3, ConsistencySpec::ASP);
+    DataSpec* d = job.record.mutable_spec()->mutable_data();
+    d->set_format(DataSpec::CRITEO);
+    d->set_max_steps(0);
+    d->set_epochs(1);
+    Evict(job, 1);
+    EXPECT_NE(FindEvent(job, "data_pending"), nullptr);
+    EXPECT_EQ(FindEvent(job, "data_moved"), nullptr);
+    EXPECT_TRUE(job.record.slots(0).leftover_pending());
+    EXPECT_EQ(Snapshot(job).examples_trained(), 0) << "nothing counted yet";
+    if (rejoined) Fill(job, 4);
+    {
+      absl::MutexLock l(&table_.mu());
+      MovePendingLeftovers(table_, job, &writes_);
+    }
+    EXPECT_TRUE(job.record.slots(0).leftover_pending()) << "still not known";
+    job.record.set_shard_steps(40);
+    {
+      absl::MutexLock l(&table_.mu());
+      MovePendingLeftovers(table_, job, &writes_);
+    }
+    EXPECT_FALSE(job.record.slots(0).leftover_pending());
+    if (rejoined) {
+      EXPECT_EQ(FindEvent(job, "data_moved"), nullptr) << "taken back";
+      EXPECT_EQ(PlanBatches(job.record.slots(0).plan(), 40), 0)
+          << "the leaver's plan ends where it stopped";
+    } else {
+      ASSERT_NE(FindEvent(job, "data_moved"), nullptr);
+      EXPECT_EQ(Plan(job.record.slots(1)),
+                (std::vector<std::string>{"1:0-0", "0:0-20"}));
+      EXPECT_EQ(Plan(job.record.slots(2)),
+                (std::vector<std::string>{"2:0-0", "0:20-40"}));
+    }
+    absl::MutexLock l(&table_.mu());
+    table_.jobs().clear();
+  }
+}
+
 TEST_F(LeftoverDataTest, PlansSurviveACoordinatorRestart) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = std::string(tmp ? tmp : "/tmp") + "/plans";
