@@ -433,6 +433,18 @@ JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job) {
     AssignmentWatcher watcher(w.link.get(), job, control);
     status = TrainJob(w, job, control);
   }
+  // The watcher may take a grown plan after TrainJob's last look and before
+  // it stops; its epoch would then count as finished and the worker would
+  // wait for an assignment that never comes. Train on, as TrainJob does.
+  if (status.ok() && control.resume_at < 0 && !control.stop && !g_terminate &&
+      control.Grown(control.at_clock)) {
+    std::fprintf(stderr,
+                 "worker: job %s: more data at step %lld as it ended; "
+                 "training on\n",
+                 job.job_id().c_str(),
+                 static_cast<long long>(control.at_clock.load()));
+    control.resume_at = control.at_clock;
+  }
   if (control.rolled_back && !g_terminate) {
     std::fprintf(stderr,
                  "worker: job %s rolled back to a checkpoint; dropping this "
