@@ -36,33 +36,10 @@ data { batch_size: 64 max_steps: $STEPS eval_every_steps: 500
 num_workers: 3
 seed: 7
 EOT
-# "data N/M examples trained (x%), K skipped" -> "N M K".
-data_of() {
-  psctl status "$1" | awk '$1 == "data" { split($2, a, "/"); k = 0
-    if ($7 == "skipped") k = $6; print a[1], a[2], k }'
-}
 
 JOB=$(submit "$T/job.pbtxt")
 wait_step "$JOB" 300 120 || fail "job did not reach step 300"
-# Not the evaluator: a role moved to a survivor that has already finished
-# is not exercised again, and the job's accuracy is checked below.
-name=""
-for w in worker-0 worker-1 worker-2; do
-  grep -q "job $JOB rank .*evaluator" "$RUN/logs/$w.log" || { name=$w; break; }
-done
-[[ -n $name ]] || fail "no worker without the evaluator role"
-victim=$(pid_of "$name")
-kill -9 "$victim"
-echo "killed $name (pid $victim) at step $(step_of "$JOB")"
-wait_event "$JOB" "evicted" 30 || fail "worker not evicted within 30 s"
-if [[ $LEFTOVER == TRAIN ]]; then
-  wait_event "$JOB" "data_moved" 10 || fail "no data_moved event"
-  psctl events "$JOB" | grep -E "data_moved.*moved to member" ||
-    fail "the data_moved event names no survivor"
-else
-  wait_event "$JOB" "data_skipped" 10 || fail "no data_skipped event"
-  psctl events "$JOB" | grep data_skipped
-fi
+kill_worker_for_good "$JOB" "$LEFTOVER"
 state=$(wait_end "$JOB" 300) || true
 [[ $state == SUCCEEDED ]] || fail "job ended $state"
 read -r trained total skipped <<<"$(data_of "$JOB")"
@@ -70,13 +47,6 @@ acc=$(final_accuracy "$JOB")
 echo "examples trained $trained of $total, skipped $skipped; accuracy $acc"
 [[ -n $total ]] && ((total == 3 * STEPS * 64)) ||
   fail "examples in all: '$total', not $((3 * STEPS * 64))"
-if [[ $LEFTOVER == TRAIN ]]; then
-  ((trained == total)) || fail "trained $trained of $total examples"
-  ((skipped == 0)) || fail "$skipped examples skipped under TRAIN"
-else
-  ((skipped > 0)) || fail "nothing counted as skipped under SKIP"
-  ((trained + skipped == total)) ||
-    fail "trained $trained + skipped $skipped is not $total"
-fi
+check_leftover_counts "$LEFTOVER" "$trained" "$total" "$skipped"
 fcmp "$acc > 0.80" || fail "accuracy $acc"
 echo "PASS"

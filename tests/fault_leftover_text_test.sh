@@ -69,11 +69,6 @@ data {
 num_workers: 3
 seed: 3
 EOT
-# "data N/M examples trained (x%), K skipped" -> "N M K".
-data_of() {
-  psctl status "$1" | awk '$1 == "data" { split($2, a, "/"); k = 0
-    if ($7 == "skipped") k = $6; print a[1], a[2], k }'
-}
 last_metric() {
   psctl metrics "$1" --format csv |
     awk -F, -v m="$2" '$2 == m { v = $7 } END { print v }'
@@ -85,23 +80,7 @@ wait_step "$JOB" 300 180 || fail "job did not reach step 300"
 read -r _ total _ <<<"$(data_of "$JOB")"
 [[ -n $total ]] && ((total > 0)) ||
   fail "the job's examples are not known after step 300: '$total'"
-name=""
-for w in worker-0 worker-1 worker-2; do
-  grep -q "job $JOB rank .*evaluator" "$RUN/logs/$w.log" || { name=$w; break; }
-done
-[[ -n $name ]] || fail "no worker without the evaluator role"
-victim=$(pid_of "$name")
-kill -9 "$victim"
-echo "killed $name (pid $victim) at step $(step_of "$JOB")"
-wait_event "$JOB" "evicted" 30 || fail "worker not evicted within 30 s"
-if [[ $LEFTOVER == TRAIN ]]; then
-  wait_event "$JOB" "data_moved" 10 || fail "no data_moved event"
-  psctl events "$JOB" | grep -E "data_moved.*moved to member" ||
-    fail "the data_moved event names no survivor"
-else
-  wait_event "$JOB" "data_skipped" 10 || fail "no data_skipped event"
-  psctl events "$JOB" | grep data_skipped
-fi
+kill_worker_for_good "$JOB" "$LEFTOVER"
 state=$(wait_end "$JOB" 400) || true
 [[ $state == SUCCEEDED ]] || fail "job ended $state"
 read -r trained total skipped <<<"$(data_of "$JOB")"
@@ -112,13 +91,6 @@ echo "examples trained $trained of $total, skipped $skipped; test RMSE $rmse" \
 # smallest one's full batches from each.
 [[ -n $total ]] && ((total <= EPOCHS * LINES && total >= EPOCHS * LINES * 9 / 10)) ||
   fail "examples in all: '$total', not about $((EPOCHS * LINES))"
-if [[ $LEFTOVER == TRAIN ]]; then
-  ((trained == total)) || fail "trained $trained of $total examples"
-  ((skipped == 0)) || fail "$skipped examples skipped under TRAIN"
-else
-  ((skipped > 0)) || fail "nothing counted as skipped under SKIP"
-  ((trained + skipped == total)) ||
-    fail "trained $trained + skipped $skipped is not $total"
-fi
+check_leftover_counts "$LEFTOVER" "$trained" "$total" "$skipped"
 fcmp "$rmse > 0 && $rmse < 1.0" || fail "test RMSE $rmse"
 echo "PASS"

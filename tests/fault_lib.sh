@@ -107,3 +107,45 @@ restart_coordinator() {
 }
 # Float comparison: fcmp "A < B".
 fcmp() { awk "BEGIN { exit !($1) }"; }
+
+# The leftover tests (fault_leftover_test.sh, fault_leftover_text_test.sh).
+# "data N/M examples trained (x%), K skipped" -> "N M K".
+data_of() {
+  psctl status "$1" | awk '$1 == "data" { split($2, a, "/"); k = 0
+    if ($7 == "skipped") k = $6; print a[1], a[2], k }'
+}
+# Kills, for good, a worker of job $1 without the evaluator role (a role
+# moved to a survivor that has already finished is not exercised again, and
+# the job's test metric is checked), then waits for its eviction and the
+# event that policy $2 (TRAIN or SKIP) gives its leftover.
+kill_worker_for_good() {
+  local job=$1 policy=$2 name="" w victim
+  for w in worker-0 worker-1 worker-2; do
+    grep -q "job $job rank .*evaluator" "$RUN/logs/$w.log" || { name=$w; break; }
+  done
+  [[ -n $name ]] || fail "no worker without the evaluator role"
+  victim=$(pid_of "$name")
+  kill -9 "$victim"
+  echo "killed $name (pid $victim) at step $(step_of "$job")"
+  wait_event "$job" "evicted" 30 || fail "worker not evicted within 30 s"
+  if [[ $policy == TRAIN ]]; then
+    wait_event "$job" "data_moved" 10 || fail "no data_moved event"
+    psctl events "$job" | grep -E "data_moved.*moved to member" ||
+      fail "the data_moved event names no survivor"
+  else
+    wait_event "$job" "data_skipped" 10 || fail "no data_skipped event"
+    psctl events "$job" | grep data_skipped
+  fi
+}
+# Checks examples trained $2 and skipped $4 of $3 under policy $1.
+check_leftover_counts() {
+  local policy=$1 trained=$2 total=$3 skipped=$4
+  if [[ $policy == TRAIN ]]; then
+    ((trained == total)) || fail "trained $trained of $total examples"
+    ((skipped == 0)) || fail "$skipped examples skipped under TRAIN"
+  else
+    ((skipped > 0)) || fail "nothing counted as skipped under SKIP"
+    ((trained + skipped == total)) ||
+      fail "trained $trained + skipped $skipped is not $total"
+  fi
+}
