@@ -14,6 +14,7 @@
 #     examples trained + skipped = all of its examples.
 set -euo pipefail
 source "${TEST_SRCDIR}/ps/tests/fault_lib.sh"
+source "${TEST_SRCDIR}/ps/tests/mf_model.sh"
 LEFTOVER=TRAIN
 while (($#)); do
   case $1 in
@@ -40,20 +41,7 @@ EPOCHS=2
 BATCH=64
 cat >"$T/job.pbtxt" <<EOT
 name: "leftover-text"
-model {
-  sparse_tables { name: "users" dim: 16 }
-  sparse_tables { name: "items" dim: 16 }
-  sparse_tables { name: "user_bias" dim: 1 init { kind: ZEROS } }
-  sparse_tables { name: "item_bias" dim: 1 init { kind: ZEROS } }
-  inputs { name: "user" }
-  inputs { name: "item" }
-  layers { name: "u" inputs: "user" embedding_bag { table: "users" } }
-  layers { name: "v" inputs: "item" embedding_bag { table: "items" } }
-  layers { name: "bu" inputs: "user" embedding_bag { table: "user_bias" } }
-  layers { name: "bi" inputs: "item" embedding_bag { table: "item_bias" } }
-  layers { name: "rating" inputs: [ "u", "v", "bu", "bi" ] dot {} }
-  head { loss: MEAN_SQUARED_ERROR }
-}
+$(mf_model)
 optimizer { kind: ADAM learning_rate: 0.01 }
 consistency { model: ASP heartbeat_timeout_ms: 3000 }
 data {

@@ -12,6 +12,7 @@
 set -euo pipefail
 R="${TEST_SRCDIR}/ps"
 PSCTL="$R/tools/psctl/psctl"
+source "$R/tests/mf_model.sh"
 RUN="${TEST_TMPDIR}/cluster"
 D="${TEST_TMPDIR}/data"
 psctl() { "$PSCTL" --run_dir "$RUN" --timeout 20 "$@"; }
@@ -67,20 +68,7 @@ EOT
 mf_spec() {  # name train_file epochs
   cat <<EOT
 name: "$1"
-model {
-  sparse_tables { name: "users" dim: 16 }
-  sparse_tables { name: "items" dim: 16 }
-  sparse_tables { name: "user_bias" dim: 1 init { kind: ZEROS } }
-  sparse_tables { name: "item_bias" dim: 1 init { kind: ZEROS } }
-  inputs { name: "user" }
-  inputs { name: "item" }
-  layers { name: "u" inputs: "user" embedding_bag { table: "users" } }
-  layers { name: "v" inputs: "item" embedding_bag { table: "items" } }
-  layers { name: "bu" inputs: "user" embedding_bag { table: "user_bias" } }
-  layers { name: "bi" inputs: "item" embedding_bag { table: "item_bias" } }
-  layers { name: "rating" inputs: [ "u", "v", "bu", "bi" ] dot {} }
-  head { loss: MEAN_SQUARED_ERROR }
-}
+$(mf_model)
 optimizer { kind: ADAM learning_rate: 0.03 }
 consistency { model: BSP }
 data {

@@ -151,14 +151,20 @@ TEST(SparseTable, AspRowsStartFromTheInitializerAndApplyAtOnce) {
   EXPECT_EQ(status->sparse_tables(1).rows(), 0);
 }
 
-TEST(SparseTable, FiguresGoToThePrometheusMetrics) {
-  FakeClock clock;
-  MetricsRegistry metrics;
+// A shard store whose figures go to `metrics`.
+absl::StatusOr<std::unique_ptr<ShardStore>> StoreWithMetrics(
+    FakeClock& clock, MetricsRegistry& metrics) {
   ShardStoreOptions options;
   options.clock = &clock;
   options.metrics = &metrics;
+  return ShardStore::Create(options);
+}
+
+TEST(SparseTable, FiguresGoToThePrometheusMetrics) {
+  FakeClock clock;
+  MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
-      ShardStore::Create(options);
+      StoreWithMetrics(clock, metrics);
   ASSERT_TRUE(store.ok());
   JobSpec spec = SparseSpec(ConsistencySpec::ASP);
   spec.mutable_model()->mutable_sparse_tables(0)->set_capacity(2);
@@ -197,11 +203,8 @@ TEST(SparseTable, FiguresGoToThePrometheusMetrics) {
 TEST(SparseTable, GaugesAreSetAtCollectionNotOnEachPush) {
   FakeClock clock;
   MetricsRegistry metrics;
-  ShardStoreOptions options;
-  options.clock = &clock;
-  options.metrics = &metrics;
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
-      ShardStore::Create(options);
+      StoreWithMetrics(clock, metrics);
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE(
       (*store)->SetupJob(JobSetup(SparseSpec(ConsistencySpec::ASP), {1})).ok());
