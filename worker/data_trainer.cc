@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "worker/data/spec_readers.h"
 #include "worker/metric_window.h"
 #include "worker/model/layer_model.h"
+#include "worker/plan_batches.h"
 #include "worker/sparse_step.h"
 #include "worker/step_pipeline.h"
 
@@ -34,6 +36,44 @@ struct Budget {
   int64_t steps_per_epoch = 0;
   int64_t total_steps = 0;
   int64_t bad_lines = -1;  // in the counting pass; -1: none was made
+};
+
+// Training batches read ahead of their steps, by step and address: the
+// step loop reads the next step's batch before its step's pushes (its keys
+// ride on them), and the one after while they are on their way. A batch
+// whose address the plan has changed since is read again.
+class BatchesAhead {
+ public:
+  explicit BatchesAhead(data::ShardBatches* batches) : batches_(batches) {}
+
+  // The batch of step `step` at `at`, read before or now (valid until
+  // DropBefore passes `step`).
+  absl::StatusOr<const data::Batch*> Get(int64_t step, const PlannedBatch& at) {
+    for (const Entry& e : entries_) {
+      if (e.step == step && e.at.data_shard == at.data_shard &&
+          e.at.epoch == at.epoch && e.at.index == at.index) {
+        return &e.batch;
+      }
+    }
+    PS_ASSIGN_OR_RETURN(data::Batch batch,
+                        batches_->BatchAt(at.data_shard, at.epoch, at.index));
+    entries_.push_back({step, at, std::move(batch)});
+    return &entries_.back().batch;
+  }
+
+  // Forgets the batches of steps before `step`.
+  void DropBefore(int64_t step) {
+    entries_.remove_if([step](const Entry& e) { return e.step < step; });
+  }
+
+ private:
+  struct Entry {
+    int64_t step = 0;
+    PlannedBatch at;
+    data::Batch batch;
+  };
+  data::ShardBatches* const batches_;
+  std::list<Entry> entries_;  // a list: Get's pointers outlive insertions
 };
 
 void LogBadLines(const char* what, int64_t bad,
@@ -222,6 +262,17 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
   // sleeps after the step, in proportion to the whole step's time.
   const Slowdown slowdown = SlowdownFor(spec, a.rank());
 
+  BatchesAhead ahead(&batches);
+  // A clock before the plan's start trains its first batch (as the IDX
+  // path does).
+  const auto batch_at = [&](int64_t s) -> absl::StatusOr<const data::Batch*> {
+    PS_ASSIGN_OR_RETURN(
+        const PlannedBatch at,
+        PlanBatchAt(plan, std::max(s, plan.start), budget.total_steps,
+                    budget.steps_per_epoch));
+    return Annotated(ahead.Get(s, at), "training data");
+  };
+  SparseStepper stepper(*model, *params, clock);
   int64_t step = a.start_step();
   int64_t end = 0;
   while (step < (end = plan_end())) {
@@ -229,16 +280,15 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
       return absl::CancelledError(absl::StrCat("stopped at step ", step));
     }
     const absl::Time t0 = clock->Now();
-    // A clock before the plan's start trains its first batch (as the IDX
-    // path does).
-    PS_ASSIGN_OR_RETURN(
-        const PlannedBatch at,
-        PlanBatchAt(plan, std::max(step, plan.start), budget.total_steps,
-                    budget.steps_per_epoch));
-    PS_ASSIGN_OR_RETURN(
-        const data::Batch batch,
-        Annotated(batches.BatchAt(at.data_shard, at.epoch, at.index),
-                  "training data"));
+    PS_ASSIGN_OR_RETURN(const data::Batch* batch, batch_at(step));
+    // The next step's batch, when this worker trains it (usually read while
+    // the last step's calls were on their way): its rows come back with
+    // this step's pushes. One that fails to read fails at its own step.
+    const data::Batch* next = nullptr;
+    if (step + 1 < end) {
+      absl::StatusOr<const data::Batch*> n = batch_at(step + 1);
+      if (n.ok()) next = *n;
+    }
     for (; samples_logged < batches.bad_line_samples().size();
          ++samples_logged) {
       std::fprintf(stderr, "worker: bad line %s\n",
@@ -249,18 +299,23 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
       next_eval = (step / eval_every + 1) * eval_every;
     }
     const absl::Time t1 = clock->Now();
+    const auto read_after_next = [&, step, end] {
+      if (step + 2 < end) (void)batch_at(step + 2);
+    };
     PS_ASSIGN_OR_RETURN(const SparseStepResult r,
-                        RunSparseStep(*model, *params, step, batch));
-    if (slowdown.slowed()) absl::SleepFor(slowdown.Delay(clock->Now() - t1));
-    const absl::Time t2 = clock->Now();
-    window.AddStep(r.loss, {.wait = t1 - t0,
-                            .pull = absl::ZeroDuration(),
-                            .compute = t2 - t1,
-                            .push = absl::ZeroDuration()});
+                        stepper.Step(step, *batch, next, read_after_next));
+    if (slowdown.slowed()) {
+      absl::SleepFor(slowdown.Delay(clock->Now() - t1 - r.in_flight));
+    }
+    window.AddStep(r.loss, {.wait = t1 - t0 + r.in_flight,
+                            .pull = r.pull,
+                            .compute = r.compute,
+                            .push = r.push});
     window.AddStaleness(static_cast<double>(r.staleness), 1);
     result.last_loss = r.loss;
     ++result.steps;
     ++step;
+    ahead.DropBefore(step);
     if (window.Due(step, end)) {
       window.Report(step, sink);
       const int64_t bad =

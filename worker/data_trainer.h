@@ -3,7 +3,9 @@
 // its address (data shard, epoch, batch index: worker/data/shard_batches.h)
 // and runs one sparse step (worker/sparse_step.h: the dense weights and the
 // batch's unique rows pulled, forward and backward, the gradients pushed,
-// the step ended) under the job's consistency model; the evaluator scores
+// the step ended; the next batch's rows and weights come back with the
+// step's end, and the batch after it is read while they are on their
+// way) under the job's consistency model; the evaluator scores
 // the model on the test files with the metrics its head implies.
 //
 // Steps: the worker's data plan (WorkerAssignment.plan, worker/

@@ -94,6 +94,13 @@ std::vector<float>& LocalParameterAccess::Row(int table, Table& t,
 absl::Status LocalParameterAccess::PullSparse(int64_t, int table,
                                               absl::Span<const uint64_t> keys,
                                               absl::Span<float> rows) {
+  ++sparse_pulls_;
+  return ReadRows(table, keys, rows);
+}
+
+absl::Status LocalParameterAccess::ReadRows(int table,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<float> rows) {
   PS_ASSIGN_OR_RETURN(Table * t, TableFor(table, keys.size(), rows.size()));
   const size_t dim = static_cast<size_t>(t->options.dim);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -115,6 +122,36 @@ absl::Status LocalParameterAccess::PushSparse(int64_t, int64_t, int table,
     }
   }
   ++sparse_pushes_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> LocalParameterAccess::PullRows(
+    int64_t, std::vector<client::SparsePull> pulls) {
+  for (const client::SparsePull& p : pulls) {
+    PS_RETURN_IF_ERROR(ReadRows(p.table, p.keys, p.rows));
+  }
+  ++row_pulls_;
+  return finishes_;
+}
+
+absl::Status LocalParameterAccess::PushRows(
+    int64_t clock, int64_t base_version,
+    std::vector<client::SparsePush> grads) {
+  for (const client::SparsePush& g : grads) {
+    PS_RETURN_IF_ERROR(
+        PushSparse(clock, base_version, g.table, g.keys, g.grads));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalParameterAccess::PushRowsAndPull(
+    int64_t clock, int64_t base_version, std::vector<client::SparsePush> grads,
+    std::vector<client::SparsePull> next) {
+  PS_RETURN_IF_ERROR(PushRows(clock, base_version, std::move(grads)));
+  for (const client::SparsePull& p : next) {
+    PS_RETURN_IF_ERROR(ReadRows(p.table, p.keys, p.rows));
+  }
+  ++pushes_with_rows_;
   return absl::OkStatus();
 }
 

@@ -3,7 +3,9 @@
 // push applied at once with plain SGD (w -= learning_rate * g). Sparse rows
 // come into being on their first pull, from a seeded hash of (table, key),
 // uniform in [-init_scale, init_scale], as the parameter servers'
-// tables initialise theirs.
+// tables initialise theirs. Its SparseRowAccess side applies pushes at
+// once too, and PushRowsAndPull fills the next rows right after its push
+// is applied (as one worker alone would see them).
 #ifndef PS_WORKER_LOCAL_PARAMETER_ACCESS_H_
 #define PS_WORKER_LOCAL_PARAMETER_ACCESS_H_
 
@@ -16,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "worker/parameter_access.h"
+#include "worker/sparse_row_access.h"
 
 namespace ps::worker {
 
@@ -26,7 +29,8 @@ struct LocalTableOptions {
 };
 
 // Not thread-safe: driven by one training thread, as ParameterAccess is.
-class LocalParameterAccess final : public ParameterAccess {
+class LocalParameterAccess final : public ParameterAccess,
+                                   public SparseRowAccess {
  public:
   // `dense`: the tensors' initial values, in model order.
   LocalParameterAccess(std::vector<std::vector<float>> dense,
@@ -49,11 +53,26 @@ class LocalParameterAccess final : public ParameterAccess {
                           absl::Span<const uint64_t> keys,
                           absl::Span<const float> grads) override;
 
+  // SparseRowAccess: PullSparse and PushSparse per table (the version:
+  // as Pull's).
+  absl::StatusOr<int64_t> PullRows(
+      int64_t clock, std::vector<client::SparsePull> pulls) override;
+  absl::Status PushRows(int64_t clock, int64_t base_version,
+                        std::vector<client::SparsePush> grads) override;
+  absl::Status PushRowsAndPull(int64_t clock, int64_t base_version,
+                               std::vector<client::SparsePush> grads,
+                               std::vector<client::SparsePull> next) override;
+
   // The current weights, for checks.
   const std::vector<float>& dense(int index) const { return dense_[index]; }
   // Rows ever pulled from `table`.
   int64_t table_size(int table) const { return tables_[table].rows.size(); }
   int64_t sparse_pushes() const { return sparse_pushes_; }
+  // Calls that pulled rows: PullSparse (one table), PullRows (all of its
+  // tables), and pushes that asked rows back (PushRowsAndPull).
+  int64_t sparse_pulls() const { return sparse_pulls_; }
+  int64_t row_pulls() const { return row_pulls_; }
+  int64_t pushes_with_rows() const { return pushes_with_rows_; }
 
  private:
   struct Table {
@@ -62,6 +81,9 @@ class LocalParameterAccess final : public ParameterAccess {
   };
   absl::StatusOr<Table*> TableFor(int table, size_t keys, size_t values);
   std::vector<float>& Row(int table, Table& t, uint64_t key);
+  // The rows of `keys`, created on first use (not counted as a call).
+  absl::Status ReadRows(int table, absl::Span<const uint64_t> keys,
+                        absl::Span<float> rows);
 
   std::vector<std::vector<float>> dense_;
   std::vector<Table> tables_;
@@ -69,6 +91,9 @@ class LocalParameterAccess final : public ParameterAccess {
   const uint64_t seed_;
   int64_t finishes_ = 0;
   int64_t sparse_pushes_ = 0;
+  int64_t sparse_pulls_ = 0;
+  int64_t row_pulls_ = 0;
+  int64_t pushes_with_rows_ = 0;
 };
 
 }  // namespace ps::worker

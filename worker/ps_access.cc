@@ -461,10 +461,6 @@ class PsAccess final : public ParameterAccess, public SparseRowAccess {
 
 }  // namespace
 
-SparseRowAccess* SparseRowsOf(ParameterAccess* access) {
-  return dynamic_cast<SparseRowAccess*>(access);
-}
-
 std::unique_ptr<ParameterAccess> NewPsAccess(
     std::unique_ptr<client::ParameterClient> client,
     ConsistencySpec::Model model, const PsAccessOptions& options) {

@@ -17,6 +17,7 @@
 #include "common/rpc.h"
 #include "proto/coordinator_service.pb.h"
 #include "worker/client/parameter_client.h"
+#include "worker/sparse_row_access.h"
 #include "worker/trainer.h"
 
 namespace ps::worker {
@@ -43,46 +44,12 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
     const WorkerAssignment& assignment, const PsAccessOptions& options);
 
 // The same over `client` (tests give one over a fake transport, or a fake),
-// for a job of consistency model `model`.
+// for a job of consistency model `model`. The access both make also
+// implements SparseRowAccess (worker/sparse_row_access.h: SparseRowsOf
+// finds it); one training thread drives both sides.
 std::unique_ptr<ParameterAccess> NewPsAccess(
     std::unique_ptr<client::ParameterClient> client,
     ConsistencySpec::Model model, const PsAccessOptions& options);
-
-// The sparse tables' side of the ParameterAccess that CreatePsAccess and
-// NewPsAccess make (one training thread drives both), in the terms of the
-// parameter client (worker/client/parameter_client.h): per table, unique
-// keys (worker/client/unique_keys.h) and fp32 row buffers of keys x dim.
-// Rows' pushes are part of the open step: Finish / FinishAndPull wait for
-// them (their staleness counts with the dense pushes'), and for the rows
-// PushRowsAndPull asked back, so buffers given here must stay valid until
-// then (or CancelCalls()). Errors as the dense calls' (UNAVAILABLE naming
-// the shard after retry_deadline, CANCELLED on stop).
-class SparseRowAccess {
- public:
-  virtual ~SparseRowAccess() = default;
-  // Fills the rows of `pulls`' keys for step `clock`, waiting as Pull does;
-  // the rows' version (the lowest over the shards asked).
-  virtual absl::StatusOr<int64_t> PullRows(
-      int64_t clock, std::vector<client::SparsePull> pulls) = 0;
-  // Starts pushing the gradients of step `clock` of the rows of `grads`
-  // (unique keys, duplicates summed: SumRowsByInverse), computed on
-  // weights of `base_version`; returns before they are sent.
-  virtual absl::Status PushRows(int64_t clock, int64_t base_version,
-                                std::vector<client::SparsePush> grads) = 0;
-  // PushRows that also asks back, in the pushes' answers, the rows of
-  // `next` (the next batch's keys) for step clock + 1, waiting as Pull(clock
-  // + 1) would. They are in place once Finish / FinishAndPull of `clock`
-  // has returned OK (pulled again there when the push was refused as too
-  // stale).
-  virtual absl::Status PushRowsAndPull(
-      int64_t clock, int64_t base_version,
-      std::vector<client::SparsePush> grads,
-      std::vector<client::SparsePull> next) = 0;
-};
-
-// The sparse side of `access` when CreatePsAccess / NewPsAccess made it;
-// nullptr otherwise.
-SparseRowAccess* SparseRowsOf(ParameterAccess* access);
 
 // The TCP connections a worker opens to each shard for `spec`. Two by
 // default: the answers to a step's first messages flow back while the later

@@ -10,6 +10,7 @@
 #include "kernels/cpu_backend.h"
 #include "worker/local_parameter_access.h"
 #include "worker/model/layer_model.h"
+#include "worker/sparse_row_access.h"
 
 namespace ps::worker {
 namespace {
@@ -120,6 +121,187 @@ TEST(SparseStep, ErrorsOfTheAccessReturn) {
   absl::StatusOr<SparseStepResult> r =
       RunSparseStep(**model, access, 0, ratings.Next(4));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+std::unique_ptr<TrainableModel> MfModel(kernels::Backend* backend) {
+  ModelSpec spec;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(kMf, &spec));
+  auto model = model::CreateLayerModel(spec, 0, backend);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+LocalParameterAccess MfAccess() {
+  return LocalParameterAccess({{0.0f}},
+                              {{"users", 4, 0.3f}, {"items", 4, 0.3f}},
+                              /*learning_rate=*/0.3f, /*seed=*/9);
+}
+
+// The same steps with the next batch's rows riding on the pushes give
+// exactly the losses and weights of plain steps (the in-process access
+// applies each push at once, so both see the same weights), with one pull
+// of rows in all, and evaluations between steps do not disturb them.
+TEST(SparseStepper, PrefetchedStepsEqualPlainSteps) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  std::unique_ptr<TrainableModel> plain_model = MfModel(backend->get());
+  std::unique_ptr<TrainableModel> model = MfModel(backend->get());
+  ASSERT_NE(plain_model, nullptr);
+  ASSERT_NE(model, nullptr);
+  LocalParameterAccess plain_access = MfAccess();
+  LocalParameterAccess access = MfAccess();
+  Ratings ratings;
+  std::vector<data::Batch> batches;
+  constexpr int kSteps = 40;
+  for (int i = 0; i < kSteps; ++i) batches.push_back(ratings.Next(16));
+  const data::Batch probe = ratings.Next(8);
+
+  SparseStepper stepper(*model, access);
+  int in_flight_calls = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    absl::StatusOr<SparseStepResult> want =
+        RunSparseStep(*plain_model, plain_access, step, batches[step]);
+    ASSERT_TRUE(want.ok()) << want.status();
+    const data::Batch* next = step + 1 < kSteps ? &batches[step + 1] : nullptr;
+    absl::StatusOr<SparseStepResult> got =
+        stepper.Step(step, batches[step], next, [&] { ++in_flight_calls; });
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->loss, want->loss) << "step " << step;
+    EXPECT_EQ(got->unique_keys, want->unique_keys);
+    if (step % 10 == 5) {
+      // An evaluation between steps loads another batch into the model.
+      ASSERT_TRUE(model->PrepareSparse(probe).ok());
+      ASSERT_TRUE(model->EvaluateDataBatch(probe).ok());
+    }
+  }
+  EXPECT_EQ(in_flight_calls, kSteps);
+  EXPECT_EQ(access.dense(0), plain_access.dense(0));
+  EXPECT_EQ(access.row_pulls(), 1);  // the first step's
+  EXPECT_EQ(access.sparse_pulls(), 0);
+  EXPECT_EQ(access.pushes_with_rows(), kSteps - 1);
+  EXPECT_EQ(plain_access.row_pulls(), kSteps);
+  for (uint64_t key : {1000, 1003, 5007}) {
+    std::vector<float> a(4), b(4);
+    ASSERT_TRUE(
+        access.PullSparse(0, key < 5000 ? 0 : 1, {key}, absl::MakeSpan(a))
+            .ok());
+    ASSERT_TRUE(
+        plain_access.PullSparse(0, key < 5000 ? 0 : 1, {key}, absl::MakeSpan(b))
+            .ok());
+    EXPECT_EQ(a, b) << "key " << key;
+  }
+}
+
+// A step whose batch is not the one announced (the plan moved) pulls its
+// rows itself; a skipped clock pulls everything.
+TEST(SparseStepper, AnotherBatchOrClockIsPulledAgain) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  std::unique_ptr<TrainableModel> plain_model = MfModel(backend->get());
+  std::unique_ptr<TrainableModel> model = MfModel(backend->get());
+  ASSERT_NE(model, nullptr);
+  LocalParameterAccess plain_access = MfAccess();
+  LocalParameterAccess access = MfAccess();
+  Ratings ratings;
+  const data::Batch b0 = ratings.Next(16), b1 = ratings.Next(16),
+                    other = ratings.Next(16), b3 = ratings.Next(16);
+  SparseStepper stepper(*model, access);
+  struct Call {
+    int64_t clock;
+    const data::Batch* batch;
+    const data::Batch* next;
+  };
+  for (const Call& c :
+       {Call{0, &b0, &b1}, Call{1, &other, &b1}, Call{3, &b3, nullptr}}) {
+    absl::StatusOr<SparseStepResult> want =
+        RunSparseStep(*plain_model, plain_access, c.clock, *c.batch);
+    absl::StatusOr<SparseStepResult> got =
+        stepper.Step(c.clock, *c.batch, c.next);
+    ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+    EXPECT_EQ(got->loss, want->loss) << "clock " << c.clock;
+  }
+  EXPECT_EQ(access.row_pulls(), 3);
+  EXPECT_EQ(access.pushes_with_rows(), 2);
+  EXPECT_EQ(access.dense(0), plain_access.dense(0));
+}
+
+// A next batch the model cannot read is not fetched for; its own step
+// reports it.
+TEST(SparseStepper, BadNextBatchFailsAtItsOwnStep) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  std::unique_ptr<TrainableModel> model = MfModel(backend->get());
+  ASSERT_NE(model, nullptr);
+  LocalParameterAccess access = MfAccess();
+  Ratings ratings;
+  const data::Batch good = ratings.Next(8);
+  data::Batch bad = ratings.Next(8);
+  bad.sparse.pop_back();  // no "item" field
+  SparseStepper stepper(*model, access);
+  ASSERT_TRUE(stepper.Step(0, good, &bad).ok());
+  EXPECT_EQ(access.pushes_with_rows(), 0);
+  EXPECT_EQ(stepper.Step(1, bad, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// An access with only the one-table calls: each table pulled on its own,
+// the dense weights still fetched with the end of the step.
+class OneTableAccess final : public ParameterAccess {
+ public:
+  explicit OneTableAccess(ParameterAccess& inner) : inner_(inner) {}
+  absl::StatusOr<int64_t> Pull(int64_t clock,
+                               std::vector<absl::Span<float>> t) override {
+    ++pulls;
+    return inner_.Pull(clock, std::move(t));
+  }
+  absl::Status Push(int64_t clock, int64_t base, int index,
+                    absl::Span<const float> grad) override {
+    return inner_.Push(clock, base, index, grad);
+  }
+  absl::StatusOr<int64_t> Finish(int64_t clock) override {
+    return inner_.Finish(clock);
+  }
+  absl::Status PullSparse(int64_t clock, int table,
+                          absl::Span<const uint64_t> keys,
+                          absl::Span<float> rows) override {
+    return inner_.PullSparse(clock, table, keys, rows);
+  }
+  absl::Status PushSparse(int64_t clock, int64_t base, int table,
+                          absl::Span<const uint64_t> keys,
+                          absl::Span<const float> grads) override {
+    return inner_.PushSparse(clock, base, table, keys, grads);
+  }
+  int pulls = 0;
+
+ private:
+  ParameterAccess& inner_;
+};
+
+TEST(SparseStepper, WorksThroughOneTableCalls) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  std::unique_ptr<TrainableModel> plain_model = MfModel(backend->get());
+  std::unique_ptr<TrainableModel> model = MfModel(backend->get());
+  ASSERT_NE(model, nullptr);
+  LocalParameterAccess plain_access = MfAccess();
+  LocalParameterAccess inner = MfAccess();
+  OneTableAccess access(inner);
+  ASSERT_EQ(SparseRowsOf(&access), nullptr);
+  Ratings ratings;
+  std::vector<data::Batch> batches;
+  for (int i = 0; i < 5; ++i) batches.push_back(ratings.Next(16));
+  SparseStepper stepper(*model, access);
+  for (int step = 0; step < 5; ++step) {
+    absl::StatusOr<SparseStepResult> want =
+        RunSparseStep(*plain_model, plain_access, step, batches[step]);
+    absl::StatusOr<SparseStepResult> got = stepper.Step(
+        step, batches[step], step + 1 < 5 ? &batches[step + 1] : nullptr);
+    ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+    EXPECT_EQ(got->loss, want->loss);
+  }
+  EXPECT_EQ(inner.sparse_pulls(), 2 * 5);
+  EXPECT_EQ(access.pulls, 5);  // the first step's, then one per step end
+  EXPECT_EQ(inner.dense(0), plain_access.dense(0));
 }
 
 }  // namespace
