@@ -56,33 +56,61 @@ absl::Status SparseBatch::Load(kernels::Backend& b, const data::Batch& batch) {
     }
     fields.push_back(f);
   }
-  // Each table's unique keys, ascending.
+  // The batch loaded last again (a step's keys were named before the
+  // step, and the step loads them once more): only the gradients restart.
+  bool same = loaded_.size() == uses_.size();
+  for (size_t u = 0; same && u < uses_.size(); ++u) {
+    same = loaded_[u].keys == fields[u]->keys &&
+           loaded_[u].offsets == fields[u]->offsets &&
+           loaded_[u].weights == fields[u]->weights;
+  }
+  if (same) return ZeroGradients(b);
+  loaded_.clear();
+  // Each table's unique keys, ascending, and each use's key positions as
+  // indices into them: the keys of all the table's uses deduplicated by
+  // hash (worker/client/unique_keys.h), then only the unique keys sorted.
+  host_indices_.resize(uses_.size());
   for (int t = 0; t < num_tables(); ++t) {
-    std::vector<uint64_t>& keys = tables_data_[t].keys;
-    keys.clear();
+    all_keys_.clear();
     for (size_t u = 0; u < uses_.size(); ++u) {
       if (uses_[u].table != t) continue;
-      keys.insert(keys.end(), fields[u]->keys.begin(), fields[u]->keys.end());
+      all_keys_.insert(all_keys_.end(), fields[u]->keys.begin(),
+                       fields[u]->keys.end());
     }
-    std::sort(keys.begin(), keys.end());
-    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-    const int64_t values = static_cast<int64_t>(keys.size()) * tables_[t].dim;
+    dedup_.Deduplicate(all_keys_, &unique_);
+    const size_t n = unique_.keys.size();
+    by_key_.resize(n);
+    for (size_t j = 0; j < n; ++j) {
+      by_key_[j] = {unique_.keys[j], static_cast<int32_t>(j)};
+    }
+    std::sort(by_key_.begin(), by_key_.end());
+    std::vector<uint64_t>& keys = tables_data_[t].keys;
+    keys.resize(n);
+    rank_.resize(n);
+    for (size_t r = 0; r < n; ++r) {
+      keys[r] = by_key_[r].first;
+      rank_[by_key_[r].second] = static_cast<int32_t>(r);
+    }
+    size_t at = 0;  // the use's first position in all_keys_
+    for (size_t u = 0; u < uses_.size(); ++u) {
+      if (uses_[u].table != t) continue;
+      const size_t count = fields[u]->keys.size();
+      std::vector<int32_t>& indices = host_indices_[u];
+      indices.resize(count);
+      for (size_t i = 0; i < count; ++i) {
+        indices[i] = rank_[unique_.inverse[at + i]];
+      }
+      at += count;
+    }
+    const int64_t values = static_cast<int64_t>(n) * tables_[t].dim;
     PS_RETURN_IF_ERROR(Grow<float>(b, tables_data_[t].rows, values));
     PS_RETURN_IF_ERROR(Grow<float>(b, tables_data_[t].grads, values));
     PS_RETURN_IF_ERROR(Grow<float>(b, scratch_, values));
-    if (values > 0) {
-      PS_RETURN_IF_ERROR(
-          b.Fill(0.0f, tables_data_[t].grads.Span<float>(values)));
-    }
   }
+  PS_RETURN_IF_ERROR(ZeroGradients(b));
   for (size_t u = 0; u < uses_.size(); ++u) {
     const data::SparseField& f = *fields[u];
-    const std::vector<uint64_t>& keys = tables_data_[uses_[u].table].keys;
-    std::vector<int32_t> indices(f.keys.size());
-    for (size_t i = 0; i < f.keys.size(); ++i) {
-      indices[i] = static_cast<int32_t>(
-          std::lower_bound(keys.begin(), keys.end(), f.keys[i]) - keys.begin());
-    }
+    const std::vector<int32_t>& indices = host_indices_[u];
     UseData& d = uses_data_[u];
     d.nnz = static_cast<int64_t>(indices.size());
     d.bags = static_cast<int64_t>(f.offsets.size()) - 1;
@@ -90,6 +118,22 @@ absl::Status SparseBatch::Load(kernels::Backend& b, const data::Batch& batch) {
     PS_RETURN_IF_ERROR(Upload(b, indices, d.indices));
     PS_RETURN_IF_ERROR(Upload(b, f.offsets, d.offsets));
     if (d.has_weights) PS_RETURN_IF_ERROR(Upload(b, f.weights, d.weights));
+  }
+  // Remembered only once everything is in place.
+  for (const data::SparseField* f : fields) {
+    loaded_.push_back({f->keys, f->offsets, f->weights});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseBatch::ZeroGradients(kernels::Backend& b) {
+  for (int t = 0; t < num_tables(); ++t) {
+    const int64_t values =
+        static_cast<int64_t>(tables_data_[t].keys.size()) * tables_[t].dim;
+    if (values > 0) {
+      PS_RETURN_IF_ERROR(
+          b.Fill(0.0f, tables_data_[t].grads.Span<float>(values)));
+    }
   }
   return absl::OkStatus();
 }

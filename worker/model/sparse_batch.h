@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/model_graph.h"
 #include "kernels/backend.h"
+#include "worker/client/unique_keys.h"
 #include "worker/data/batch.h"
 
 namespace ps::worker::model {
@@ -61,6 +63,8 @@ class SparseBatch {
   int FindUse(const std::string& field, int table, bool weighted) const;
 
  private:
+  absl::Status ZeroGradients(kernels::Backend& b);
+
   struct TableData {
     std::vector<uint64_t> keys;
     kernels::DeviceBuffer rows;
@@ -80,6 +84,24 @@ class SparseBatch {
   std::vector<TableData> tables_data_;
   std::vector<UseData> uses_data_;
   kernels::DeviceBuffer scratch_;
+  // Load's host scratch, kept between batches so that a step does not
+  // allocate: a table's keys over its uses, their deduplication, the
+  // unique keys sorted with their first-appearance index, each one's rank,
+  // and per use the indices to upload.
+  std::vector<uint64_t> all_keys_;
+  client::KeyDeduplicator dedup_;
+  client::UniqueKeys unique_;
+  std::vector<std::pair<uint64_t, int32_t>> by_key_;
+  std::vector<int32_t> rank_;
+  std::vector<std::vector<int32_t>> host_indices_;
+  // Per use, the fields of the batch loaded last (empty after a failed
+  // Load): loading the same again only zeroes the gradients.
+  struct Loaded {
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> offsets;
+    std::vector<float> weights;
+  };
+  std::vector<Loaded> loaded_;
 };
 
 }  // namespace ps::worker::model

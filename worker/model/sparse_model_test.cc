@@ -189,6 +189,45 @@ TEST(SparseLayerModel, StepsNeedTheirSparseFields) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// Loading a batch again (as a step's keys are named before the step and
+// loaded once more by it) gives the same keys and gradients, which start
+// from zero again; another batch in between is loaded in full.
+TEST(SparseLayerModel, LoadingABatchAgainStartsItsGradientsAfresh) {
+  auto backend = kernels::CreateCpuBackend({});
+  ASSERT_TRUE(backend.ok());
+  std::unique_ptr<TrainableModel> m = Make(backend->get(), kDlrm);
+  ASSERT_NE(m, nullptr);
+  for (int i = 0; i < m->num_parameters(); ++i) {
+    ASSERT_TRUE(m->SetParameterRange(
+                     i, 0, RandomValues(m->parameters()[i].size, 0.5f, 30 + i))
+                    .ok());
+  }
+  const data::Batch batch = ClickBatch();
+  data::Batch other = ClickBatch();
+  other.sparse[1].keys = {5, 8, 8, 9};  // same bags' sizes, other ids
+  const std::vector<float> rows = RandomValues(16, 0.5f, 77);
+  const auto step = [&](const data::Batch& b, std::vector<uint64_t>* keys) {
+    absl::StatusOr<std::vector<std::vector<uint64_t>>> k = m->PrepareSparse(b);
+    EXPECT_TRUE(k.ok()) << k.status();
+    *keys = (*k)[0];
+    std::vector<float> r(keys->size() * 4, 0.25f);
+    if (&b == &batch) r = rows;
+    EXPECT_TRUE(m->SetSparseRows(0, r).ok());
+    EXPECT_TRUE(m->TrainDataBatch(b, {}).ok());
+    std::vector<float> g(r.size());
+    EXPECT_TRUE(m->GetSparseGradient(0, absl::MakeSpan(g)).ok());
+    return g;
+  };
+  std::vector<uint64_t> keys, again, others;
+  const std::vector<float> first = step(batch, &keys);
+  EXPECT_EQ(step(batch, &again), first);
+  EXPECT_EQ(again, keys);
+  step(other, &others);
+  EXPECT_EQ(others, (std::vector<uint64_t>{5, 7, 8, 9}));
+  EXPECT_EQ(step(batch, &again), first);
+  EXPECT_EQ(again, (std::vector<uint64_t>{7, 9, 42, 100}));
+}
+
 // A dense layer model trains on the readers' batches too, with class or
 // real labels as its head takes them.
 TEST(SparseLayerModel, DenseModelsTakeReaderBatches) {
