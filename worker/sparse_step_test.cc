@@ -137,30 +137,43 @@ LocalParameterAccess MfAccess() {
                               /*learning_rate=*/0.3f, /*seed=*/9);
 }
 
+// Two MF models, each with its in-process access: one driven by plain
+// steps (the reference), one by a SparseStepper.
+struct Twins {
+  Twins() {
+    auto b = kernels::CreateCpuBackend({});
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) return;
+    backend = *std::move(b);
+    plain_model = MfModel(backend.get());
+    model = MfModel(backend.get());
+  }
+  bool ok() const { return plain_model != nullptr && model != nullptr; }
+
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<TrainableModel> plain_model, model;
+  LocalParameterAccess plain_access = MfAccess();
+  LocalParameterAccess access = MfAccess();
+};
+
 // The same steps with the next batch's rows riding on the pushes give
 // exactly the losses and weights of plain steps (the in-process access
 // applies each push at once, so both see the same weights), with one pull
 // of rows in all, and evaluations between steps do not disturb them.
 TEST(SparseStepper, PrefetchedStepsEqualPlainSteps) {
-  auto backend = kernels::CreateCpuBackend({});
-  ASSERT_TRUE(backend.ok());
-  std::unique_ptr<TrainableModel> plain_model = MfModel(backend->get());
-  std::unique_ptr<TrainableModel> model = MfModel(backend->get());
-  ASSERT_NE(plain_model, nullptr);
-  ASSERT_NE(model, nullptr);
-  LocalParameterAccess plain_access = MfAccess();
-  LocalParameterAccess access = MfAccess();
+  Twins t;
+  ASSERT_TRUE(t.ok());
   Ratings ratings;
   std::vector<data::Batch> batches;
   constexpr int kSteps = 40;
   for (int i = 0; i < kSteps; ++i) batches.push_back(ratings.Next(16));
   const data::Batch probe = ratings.Next(8);
 
-  SparseStepper stepper(*model, access);
+  SparseStepper stepper(*t.model, t.access);
   int in_flight_calls = 0;
   for (int step = 0; step < kSteps; ++step) {
     absl::StatusOr<SparseStepResult> want =
-        RunSparseStep(*plain_model, plain_access, step, batches[step]);
+        RunSparseStep(*t.plain_model, t.plain_access, step, batches[step]);
     ASSERT_TRUE(want.ok()) << want.status();
     const data::Batch* next = step + 1 < kSteps ? &batches[step + 1] : nullptr;
     absl::StatusOr<SparseStepResult> got =
@@ -170,24 +183,24 @@ TEST(SparseStepper, PrefetchedStepsEqualPlainSteps) {
     EXPECT_EQ(got->unique_keys, want->unique_keys);
     if (step % 10 == 5) {
       // An evaluation between steps loads another batch into the model.
-      ASSERT_TRUE(model->PrepareSparse(probe).ok());
-      ASSERT_TRUE(model->EvaluateDataBatch(probe).ok());
+      ASSERT_TRUE(t.model->PrepareSparse(probe).ok());
+      ASSERT_TRUE(t.model->EvaluateDataBatch(probe).ok());
     }
   }
   EXPECT_EQ(in_flight_calls, kSteps);
-  EXPECT_EQ(access.dense(0), plain_access.dense(0));
-  EXPECT_EQ(access.row_pulls(), 1);  // the first step's
-  EXPECT_EQ(access.sparse_pulls(), 0);
-  EXPECT_EQ(access.pushes_with_rows(), kSteps - 1);
-  EXPECT_EQ(plain_access.row_pulls(), kSteps);
+  EXPECT_EQ(t.access.dense(0), t.plain_access.dense(0));
+  EXPECT_EQ(t.access.row_pulls(), 1);  // the first step's
+  EXPECT_EQ(t.access.sparse_pulls(), 0);
+  EXPECT_EQ(t.access.pushes_with_rows(), kSteps - 1);
+  EXPECT_EQ(t.plain_access.row_pulls(), kSteps);
   for (uint64_t key : {1000, 1003, 5007}) {
     std::vector<float> a(4), b(4);
     ASSERT_TRUE(
-        access.PullSparse(0, key < 5000 ? 0 : 1, {key}, absl::MakeSpan(a))
+        t.access.PullSparse(0, key < 5000 ? 0 : 1, {key}, absl::MakeSpan(a))
             .ok());
-    ASSERT_TRUE(
-        plain_access.PullSparse(0, key < 5000 ? 0 : 1, {key}, absl::MakeSpan(b))
-            .ok());
+    ASSERT_TRUE(t.plain_access
+                    .PullSparse(0, key < 5000 ? 0 : 1, {key}, absl::MakeSpan(b))
+                    .ok());
     EXPECT_EQ(a, b) << "key " << key;
   }
 }
@@ -195,17 +208,12 @@ TEST(SparseStepper, PrefetchedStepsEqualPlainSteps) {
 // A step whose batch is not the one announced (the plan moved) pulls its
 // rows itself; a skipped clock pulls everything.
 TEST(SparseStepper, AnotherBatchOrClockIsPulledAgain) {
-  auto backend = kernels::CreateCpuBackend({});
-  ASSERT_TRUE(backend.ok());
-  std::unique_ptr<TrainableModel> plain_model = MfModel(backend->get());
-  std::unique_ptr<TrainableModel> model = MfModel(backend->get());
-  ASSERT_NE(model, nullptr);
-  LocalParameterAccess plain_access = MfAccess();
-  LocalParameterAccess access = MfAccess();
+  Twins t;
+  ASSERT_TRUE(t.ok());
   Ratings ratings;
   const data::Batch b0 = ratings.Next(16), b1 = ratings.Next(16),
                     other = ratings.Next(16), b3 = ratings.Next(16);
-  SparseStepper stepper(*model, access);
+  SparseStepper stepper(*t.model, t.access);
   struct Call {
     int64_t clock;
     const data::Batch* batch;
@@ -214,32 +222,29 @@ TEST(SparseStepper, AnotherBatchOrClockIsPulledAgain) {
   for (const Call& c :
        {Call{0, &b0, &b1}, Call{1, &other, &b1}, Call{3, &b3, nullptr}}) {
     absl::StatusOr<SparseStepResult> want =
-        RunSparseStep(*plain_model, plain_access, c.clock, *c.batch);
+        RunSparseStep(*t.plain_model, t.plain_access, c.clock, *c.batch);
     absl::StatusOr<SparseStepResult> got =
         stepper.Step(c.clock, *c.batch, c.next);
     ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
     EXPECT_EQ(got->loss, want->loss) << "clock " << c.clock;
   }
-  EXPECT_EQ(access.row_pulls(), 3);
-  EXPECT_EQ(access.pushes_with_rows(), 2);
-  EXPECT_EQ(access.dense(0), plain_access.dense(0));
+  EXPECT_EQ(t.access.row_pulls(), 3);
+  EXPECT_EQ(t.access.pushes_with_rows(), 2);
+  EXPECT_EQ(t.access.dense(0), t.plain_access.dense(0));
 }
 
 // A next batch the model cannot read is not fetched for; its own step
 // reports it.
 TEST(SparseStepper, BadNextBatchFailsAtItsOwnStep) {
-  auto backend = kernels::CreateCpuBackend({});
-  ASSERT_TRUE(backend.ok());
-  std::unique_ptr<TrainableModel> model = MfModel(backend->get());
-  ASSERT_NE(model, nullptr);
-  LocalParameterAccess access = MfAccess();
+  Twins t;
+  ASSERT_TRUE(t.ok());
   Ratings ratings;
   const data::Batch good = ratings.Next(8);
   data::Batch bad = ratings.Next(8);
   bad.sparse.pop_back();  // no "item" field
-  SparseStepper stepper(*model, access);
+  SparseStepper stepper(*t.model, t.access);
   ASSERT_TRUE(stepper.Step(0, good, &bad).ok());
-  EXPECT_EQ(access.pushes_with_rows(), 0);
+  EXPECT_EQ(t.access.pushes_with_rows(), 0);
   EXPECT_EQ(stepper.Step(1, bad, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -278,30 +283,25 @@ class OneTableAccess final : public ParameterAccess {
 };
 
 TEST(SparseStepper, WorksThroughOneTableCalls) {
-  auto backend = kernels::CreateCpuBackend({});
-  ASSERT_TRUE(backend.ok());
-  std::unique_ptr<TrainableModel> plain_model = MfModel(backend->get());
-  std::unique_ptr<TrainableModel> model = MfModel(backend->get());
-  ASSERT_NE(model, nullptr);
-  LocalParameterAccess plain_access = MfAccess();
-  LocalParameterAccess inner = MfAccess();
-  OneTableAccess access(inner);
+  Twins t;
+  ASSERT_TRUE(t.ok());
+  OneTableAccess access(t.access);
   ASSERT_EQ(SparseRowsOf(&access), nullptr);
   Ratings ratings;
   std::vector<data::Batch> batches;
   for (int i = 0; i < 5; ++i) batches.push_back(ratings.Next(16));
-  SparseStepper stepper(*model, access);
+  SparseStepper stepper(*t.model, access);
   for (int step = 0; step < 5; ++step) {
     absl::StatusOr<SparseStepResult> want =
-        RunSparseStep(*plain_model, plain_access, step, batches[step]);
+        RunSparseStep(*t.plain_model, t.plain_access, step, batches[step]);
     absl::StatusOr<SparseStepResult> got = stepper.Step(
         step, batches[step], step + 1 < 5 ? &batches[step + 1] : nullptr);
     ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
     EXPECT_EQ(got->loss, want->loss);
   }
-  EXPECT_EQ(inner.sparse_pulls(), 2 * 5);
+  EXPECT_EQ(t.access.sparse_pulls(), 2 * 5);
   EXPECT_EQ(access.pulls, 5);  // the first step's, then one per step end
-  EXPECT_EQ(inner.dense(0), plain_access.dense(0));
+  EXPECT_EQ(t.access.dense(0), t.plain_access.dense(0));
 }
 
 }  // namespace
