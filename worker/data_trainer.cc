@@ -262,7 +262,7 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
   // sleeps after the step, in proportion to the whole step's time.
   const Slowdown slowdown = SlowdownFor(spec, a.rank());
 
-  BatchesAhead ahead(&batches);
+  BatchesAhead read_ahead(&batches);
   // A clock before the plan's start trains its first batch (as the IDX
   // path does).
   const auto batch_at = [&](int64_t s) -> absl::StatusOr<const data::Batch*> {
@@ -270,9 +270,14 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
         const PlannedBatch at,
         PlanBatchAt(plan, std::max(s, plan.start), budget.total_steps,
                     budget.steps_per_epoch));
-    return Annotated(ahead.Get(s, at), "training data");
+    return Annotated(read_ahead.Get(s, at), "training data");
   };
-  SparseStepper stepper(*model, *params, clock);
+  const ConsistencySpec& consistency = spec.consistency();
+  SparseStepper stepper(
+      *model, *params,
+      {.overlap = consistency.model() == ConsistencySpec::ASP &&
+                  consistency.overlap_communication(),
+       .clock = clock});
   int64_t step = a.start_step();
   int64_t end = 0;
   while (step < (end = plan_end())) {
@@ -281,13 +286,15 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
     }
     const absl::Time t0 = clock->Now();
     PS_ASSIGN_OR_RETURN(const data::Batch* batch, batch_at(step));
-    // The next step's batch, when this worker trains it (usually read while
-    // the last step's calls were on their way): its rows come back with
-    // this step's pushes. One that fails to read fails at its own step.
-    const data::Batch* next = nullptr;
-    if (step + 1 < end) {
-      absl::StatusOr<const data::Batch*> n = batch_at(step + 1);
-      if (n.ok()) next = *n;
+    // The next steps' batches, as far as this worker trains them (usually
+    // read while the last step's calls were on their way): the rows of the
+    // last come back with this step's end. One that fails to read is not
+    // asked for, and fails at its own step.
+    std::vector<const data::Batch*> ahead;
+    for (int64_t s = step + 1; s < end && s <= step + stepper.lookahead();
+         ++s) {
+      absl::StatusOr<const data::Batch*> n = batch_at(s);
+      ahead.push_back(n.ok() ? *n : nullptr);
     }
     for (; samples_logged < batches.bad_line_samples().size();
          ++samples_logged) {
@@ -295,15 +302,17 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
                    batches.bad_line_samples()[samples_logged].c_str());
     }
     if (step >= next_eval) {
+      PS_RETURN_IF_ERROR(stepper.Drain());
       PS_RETURN_IF_ERROR(evaluate(step));
       next_eval = (step / eval_every + 1) * eval_every;
     }
     const absl::Time t1 = clock->Now();
-    const auto read_after_next = [&, step, end] {
-      if (step + 2 < end) (void)batch_at(step + 2);
+    const int64_t later = step + stepper.lookahead() + 1;
+    const auto read_later = [&, later, end] {
+      if (later < end) (void)batch_at(later);
     };
     PS_ASSIGN_OR_RETURN(const SparseStepResult r,
-                        stepper.Step(step, *batch, next, read_after_next));
+                        stepper.Step(step, *batch, ahead, read_later));
     if (slowdown.slowed()) {
       absl::SleepFor(slowdown.Delay(clock->Now() - t1 - r.in_flight));
     }
@@ -311,11 +320,11 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
                             .pull = r.pull,
                             .compute = r.compute,
                             .push = r.push});
-    window.AddStaleness(static_cast<double>(r.staleness), 1);
+    window.AddStaleness(static_cast<double>(r.staleness), r.staleness_ends);
     result.last_loss = r.loss;
     ++result.steps;
     ++step;
-    ahead.DropBefore(step);
+    read_ahead.DropBefore(step);
     if (window.Due(step, end)) {
       window.Report(step, sink);
       const int64_t bad =
@@ -325,7 +334,8 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
     if (options.on_step) options.on_step(step);
   }
   result.final_clock = step;
-  PS_RETURN_IF_ERROR(evaluate(step));  // the final weights
+  PS_RETURN_IF_ERROR(stepper.Drain());  // a plan that shrank under a step
+  PS_RETURN_IF_ERROR(evaluate(step));   // the final weights
   sink({}, true);
   return result;
 }

@@ -66,7 +66,8 @@ struct Job {
   std::unique_ptr<LocalParameterAccess> params;
 };
 
-Job MfJob(const std::string& train, const std::string& test) {
+Job MfJob(const std::string& train, const std::string& test,
+          float learning_rate = 0.5f) {
   Job j;
   WorkerAssignment& a = j.assignment;
   a.set_command(WorkerAssignment::TRAIN);
@@ -95,16 +96,25 @@ Job MfJob(const std::string& train, const std::string& test) {
       std::vector<LocalTableOptions>{
           {.name = "users", .dim = 4, .init_scale = 0.3f},
           {.name = "items", .dim = 4, .init_scale = 0.3f}},
-      /*learning_rate=*/0.5f, /*seed=*/5);
+      learning_rate, /*seed=*/5);
   return j;
 }
 
-TEST(DataTrainer, MatrixFactorizationLearnsPlantedRatings) {
+// Trains the MF job on planted ratings (ASP with overlap_communication
+// when `overlap`: steps compute while the last one's end travels, on
+// weights two of their own steps old, which plain SGD at 0.5 does not
+// survive: test RMSE 1.6 at the end, 0.03 at 0.3).
+void ExpectMfLearns(bool overlap) {
   const std::string train = TempPath("mf.train");
   const std::string test = TempPath("mf.test");
   ASSERT_TRUE(WriteFile(train, PlantedRatings(2000, 1)).ok());
   ASSERT_TRUE(WriteFile(test, PlantedRatings(500, 2)).ok());
-  Job j = MfJob(train, test);
+  Job j = MfJob(train, test, overlap ? 0.3f : 0.5f);
+  if (overlap) {
+    ConsistencySpec* c = j.assignment.mutable_spec()->mutable_consistency();
+    c->set_model(ConsistencySpec::ASP);
+    c->set_overlap_communication(true);
+  }
   std::vector<MetricPoint> points;
   bool done = false;
   absl::StatusOr<TrainResult> r = Train(
@@ -135,7 +145,17 @@ TEST(DataTrainer, MatrixFactorizationLearnsPlantedRatings) {
   EXPECT_LT(rmse.back(), 0.3) << "first " << rmse.front();
   EXPECT_GT(bad_lines_points, 0);
   EXPECT_GT(j.params->table_size(0), 0);
+  // The steps' rows came with the step ends, but for the first step's
+  // (and the second's with overlap); evaluations pull theirs one table at
+  // a time (PullSparse, not counted here).
+  EXPECT_EQ(j.params->row_pulls(), overlap ? 2 : 1);
 }
+
+TEST(DataTrainer, MatrixFactorizationLearnsPlantedRatings) {
+  ExpectMfLearns(false);
+}
+
+TEST(DataTrainer, OverlappedAspLearnsPlantedRatings) { ExpectMfLearns(true); }
 
 // Records the keys each step pulls from table 0, by clock.
 class KeyRecorder final : public ParameterAccess {

@@ -151,8 +151,25 @@ absl::Status LocalParameterAccess::PushRowsAndPull(
   for (const client::SparsePull& p : next) {
     PS_RETURN_IF_ERROR(ReadRows(p.table, p.keys, p.rows));
   }
-  ++pushes_with_rows_;
+  if (!next.empty()) ++pushes_with_rows_;
   return absl::OkStatus();
+}
+
+ParameterAccess::PendingStepEnd LocalParameterAccess::StartRowsStepEnd(
+    int64_t clock, int64_t base_version,
+    std::vector<absl::Span<const float>> grads,
+    std::vector<client::SparsePush> rows, std::vector<client::SparsePull> next,
+    std::vector<absl::Span<float>> tensors) {
+  absl::StatusOr<StepEnd> end = [&]() -> absl::StatusOr<StepEnd> {
+    for (size_t i = 0; i < grads.size(); ++i) {
+      PS_RETURN_IF_ERROR(
+          Push(clock, base_version, static_cast<int>(i), grads[i]));
+    }
+    PS_RETURN_IF_ERROR(
+        PushRowsAndPull(clock, base_version, std::move(rows), std::move(next)));
+    return FinishAndPull(clock, std::move(tensors));
+  }();
+  return [end = std::move(end)] { return end; };
 }
 
 }  // namespace ps::worker

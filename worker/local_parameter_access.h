@@ -62,6 +62,13 @@ class LocalParameterAccess final : public ParameterAccess,
   absl::Status PushRowsAndPull(int64_t clock, int64_t base_version,
                                std::vector<client::SparsePush> grads,
                                std::vector<client::SparsePull> next) override;
+  // Does it all at once; the function returned gives the result.
+  PendingStepEnd StartRowsStepEnd(
+      int64_t clock, int64_t base_version,
+      std::vector<absl::Span<const float>> grads,
+      std::vector<client::SparsePush> rows,
+      std::vector<client::SparsePull> next,
+      std::vector<absl::Span<float>> tensors) override;
 
   // The current weights, for checks.
   const std::vector<float>& dense(int index) const { return dense_[index]; }

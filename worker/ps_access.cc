@@ -157,6 +157,45 @@ class PsAccess final : public ParameterAccess, public SparseRowAccess {
 
   void CancelCalls() override { client_->CancelInFlight(); }
 
+  PendingStepEnd StartRowsStepEnd(
+      int64_t clock, int64_t base_version,
+      std::vector<absl::Span<const float>> grads,
+      std::vector<client::SparsePush> rows,
+      std::vector<client::SparsePull> next,
+      std::vector<absl::Span<float>> tensors) override {
+    // The rows first: their answers bring the rows the step after next
+    // computes on.
+    client::ParameterClient::StepTickets r;
+    if (!next.empty()) {
+      r = client_->PushRowsAndPull(std::move(rows), clock, base_version,
+                                   clock + 1, MinVersion(clock + 1), next);
+    } else if (!rows.empty()) {
+      r.end = client_->PushRows(std::move(rows), clock, base_version);
+    }
+    const bool pushed = !next.empty() || !rows.empty();
+    PendingStepEnd dense =
+        StartStepEnd(clock, base_version, std::move(grads), std::move(tensors));
+    return [this, r, pushed, clock, next = std::move(next),
+            dense = std::move(dense)]() -> absl::StatusOr<StepEnd> {
+      absl::StatusOr<StepEnd> end = dense();
+      absl::Status push, pull;
+      if (pushed) {
+        push = Await(r.end, absl::StrCat("rows push at clock ", clock));
+      }
+      if (!next.empty()) {
+        pull = Await(r.pull, absl::StrCat("rows pull at clock ", clock + 1));
+      }
+      PS_RETURN_IF_ERROR(end.status());
+      // A push refused as too stale (counted by the shard) brought no rows.
+      if (!push.ok() && !absl::IsAborted(push)) return push;
+      if (!next.empty() && (absl::IsAborted(push) || absl::IsAborted(pull))) {
+        pull = PullRows(clock + 1, next).status();
+      }
+      PS_RETURN_IF_ERROR(pull);
+      return end;
+    };
+  }
+
   absl::StatusOr<int64_t> PullRows(
       int64_t clock, std::vector<client::SparsePull> pulls) override {
     client::Ticket t =

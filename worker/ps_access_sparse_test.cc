@@ -241,6 +241,33 @@ TEST(PsAccessSparse, RowsOfARefusedPushArePulledAgain) {
   ExpectRows(next, next_rows);
 }
 
+// ASP with overlap_communication: the step's end goes out at once with the
+// dense gradient and the rows' pushes; the wait brings the rows asked for
+// and the next weights, and pulls rows again after a refused push.
+TEST(PsAccessSparse, StartRowsStepEndBringsRowsAndWeights) {
+  for (bool refuse : {false, true}) {
+    Rig rig(ConsistencySpec::ASP);
+    rig.shards.refuse_rows = refuse;
+    const std::vector<uint64_t> next = {1, 22, 333, 4444, 55555};
+    std::vector<float> grads(kKeys.size() * kDim, 1.0f);
+    std::vector<float> dense_grad(10, 0.5f);
+    std::vector<float> next_rows(next.size() * kDim, -1.0f);
+    std::vector<float> w(10, -1.0f);
+    ParameterAccess::PendingStepEnd pending = rig.rows->StartRowsStepEnd(
+        2, 1, {dense_grad}, {{0, kKeys, grads}},
+        {{0, next, absl::MakeSpan(next_rows)}}, {absl::MakeSpan(w)});
+    absl::StatusOr<ParameterAccess::StepEnd> end = pending();
+    rig.Stop();
+    ASSERT_TRUE(end.ok()) << end.status();
+    EXPECT_EQ(end->version, 3);
+    ExpectRows(next, next_rows);
+    EXPECT_EQ(w, std::vector<float>(10, 0.0f));  // the shards' weights
+    EXPECT_EQ(rig.shards.end_seqs.size(), 2u);
+    EXPECT_EQ(rig.shards.row_push_seqs.empty(), refuse) << refuse;
+    for (int64_t m : rig.shards.min_versions) EXPECT_EQ(m, 0);
+  }
+}
+
 TEST(PsAccessSparse, ErrorsNameTheShard) {
   Rig rig(ConsistencySpec::ASP);
   rig.Stop();

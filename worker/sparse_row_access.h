@@ -46,6 +46,21 @@ class SparseRowAccess {
       int64_t clock, int64_t base_version,
       std::vector<client::SparsePush> grads,
       std::vector<client::SparsePull> next) = 0;
+  // For ASP with overlap_communication (ParameterAccess::StartStepEnd with
+  // rows): starts ending step `clock` with the whole gradient of every
+  // dense tensor (`grads`, model order) and the rows' gradients (`rows`),
+  // computed on weights of `base_version`, asking back the rows of `next`
+  // and the dense weights into `tensors` for step clock + 1, and returns
+  // at once. The function returned waits for all of it and returns what
+  // FinishAndPull returns (rows of a push refused as too stale pulled
+  // again). Every buffer must stay valid until that wait has returned or
+  // CancelCalls() has.
+  virtual ParameterAccess::PendingStepEnd StartRowsStepEnd(
+      int64_t clock, int64_t base_version,
+      std::vector<absl::Span<const float>> grads,
+      std::vector<client::SparsePush> rows,
+      std::vector<client::SparsePull> next,
+      std::vector<absl::Span<float>> tensors) = 0;
 };
 
 // The sparse side of `access` when it has one; nullptr otherwise.

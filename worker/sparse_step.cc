@@ -20,27 +20,42 @@ std::vector<absl::Span<float>> Views(std::vector<std::vector<float>>& v) {
 }  // namespace
 
 SparseStepper::SparseStepper(TrainableModel& model, ParameterAccess& access,
-                             const Clock* clock)
-    : model_(model), access_(access), clock_(clock) {
+                             SparseStepperOptions options)
+    : model_(model),
+      access_(access),
+      clock_(options.clock),
+      overlap_(options.overlap && SparseRowsOf(&access) != nullptr) {
   for (const ParameterInfo& p : model_.parameters()) {
     weights_.emplace_back(static_cast<size_t>(p.size));
     grads_.emplace_back(static_cast<size_t>(p.size));
+    if (overlap_) incoming_weights_.emplace_back(static_cast<size_t>(p.size));
   }
   const size_t tables = model_.sparse_tables().size();
-  rows_.resize(tables);
-  row_grads_.resize(tables);
-  next_rows_.resize(tables);
+  for (auto* v :
+       {&rows_, &row_grads_, &arrived_.rows, &later_.rows, &flight_.rows}) {
+    v->resize(tables);
+  }
+}
+
+SparseStepper::~SparseStepper() {
+  if (pending_) access_.CancelCalls();
+}
+
+void SparseStepper::Size(std::vector<std::vector<float>>& rows,
+                         const std::vector<std::vector<uint64_t>>& keys) const {
+  const std::vector<SparseTableInfo>& tables = model_.sparse_tables();
+  for (size_t t = 0; t < keys.size(); ++t) {
+    rows[t].resize(keys[t].size() * static_cast<size_t>(tables[t].dim));
+  }
 }
 
 absl::Status SparseStepper::PullFor(int64_t clock, bool weights, bool rows) {
   if (weights) {
     PS_ASSIGN_OR_RETURN(version_, access_.Pull(clock, Views(weights_)));
+    weights_clock_ = clock;
   }
   if (!rows) return absl::OkStatus();
-  const std::vector<SparseTableInfo>& tables = model_.sparse_tables();
-  for (size_t t = 0; t < keys_.size(); ++t) {
-    rows_[t].resize(keys_[t].size() * static_cast<size_t>(tables[t].dim));
-  }
+  Size(rows_, keys_);
   if (SparseRowAccess* access = SparseRowsOf(&access_)) {
     // Every table's rows in one call (the shards asked in parallel).
     std::vector<client::SparsePull> pulls;
@@ -57,15 +72,46 @@ absl::Status SparseStepper::PullFor(int64_t clock, bool weights, bool rows) {
   return absl::OkStatus();
 }
 
+absl::Status SparseStepper::AwaitPending() {
+  if (!pending_) return absl::OkStatus();
+  ParameterAccess::PendingStepEnd pending = std::move(pending_);
+  pending_ = nullptr;
+  absl::StatusOr<ParameterAccess::StepEnd> end = pending();
+  if (!end.ok()) {
+    access_.CancelCalls();
+    Forget();
+    return end.status();
+  }
+  std::swap(weights_, incoming_weights_);
+  version_ = end->version;
+  // Rows for a step after the next one (a Drain between steps) wait their
+  // turn.
+  std::swap(arrived_.clock < 0 ? arrived_ : later_, flight_);
+  flight_.clock = -1;
+  carried_staleness_ += end->staleness;
+  carried_ends_++;
+  return absl::OkStatus();
+}
+
+absl::Status SparseStepper::Drain() { return AwaitPending(); }
+
+void SparseStepper::Forget() {
+  weights_clock_ = arrived_.clock = later_.clock = flight_.clock = -1;
+}
+
 absl::StatusOr<SparseStepResult> SparseStepper::Step(
-    int64_t clock, const data::Batch& batch, const data::Batch* next,
+    int64_t clock, const data::Batch& batch,
+    const std::vector<const data::Batch*>& ahead,
     const std::function<void()>& in_flight) {
   SparseStepResult result;
-  // What was fetched for this step is used once; an error leaves nothing.
-  const bool have_weights = weights_clock_ == clock;
-  const bool rows_ahead = next_rows_clock_ == clock;
-  weights_clock_ = -1;
-  next_rows_clock_ = -1;
+  // What was fetched for this step is used once (with overlap, weights
+  // serve every later step until newer ones arrive).
+  const bool have_weights = overlap_
+                                ? weights_clock_ >= 0 && weights_clock_ <= clock
+                                : weights_clock_ == clock;
+  const bool rows_ahead = arrived_.clock == clock;
+  if (!overlap_) weights_clock_ = -1;
+  arrived_.clock = -1;
 
   const absl::Time start = clock_->Now();
   PS_ASSIGN_OR_RETURN(keys_, model_.PrepareSparse(batch));
@@ -74,9 +120,12 @@ absl::StatusOr<SparseStepResult> SparseStepper::Step(
                                             keys_.size(), " tables; it reads ",
                                             model_.sparse_tables().size()));
   }
-  const bool have_rows = rows_ahead && next_keys_ == keys_;
-  if (have_rows) std::swap(rows_, next_rows_);
+  const bool have_rows = rows_ahead && arrived_.keys == keys_;
+  if (have_rows) std::swap(rows_, arrived_.rows);
+  if (later_.clock > clock) std::swap(arrived_, later_);
+  later_.clock = -1;
   PS_RETURN_IF_ERROR(PullFor(clock, !have_weights, !have_rows));
+  const int64_t base_version = version_;
   const absl::Time pulled = clock_->Now();
   result.pull = pulled - start;
 
@@ -88,95 +137,129 @@ absl::StatusOr<SparseStepResult> SparseStepper::Step(
     result.unique_keys += static_cast<int64_t>(keys_[t].size());
   }
   PS_ASSIGN_OR_RETURN(result.loss, model_.TrainDataBatch(batch, {}));
+  // The last step's end (overlap) is over before its buffers take this
+  // step's gradients.
+  const absl::Time trained = clock_->Now();
+  PS_RETURN_IF_ERROR(AwaitPending());
+  const absl::Duration awaited = clock_->Now() - trained;
   for (int i = 0; i < model_.num_parameters(); ++i) {
     PS_RETURN_IF_ERROR(
         model_.GetGradientRange(i, 0, absl::MakeSpan(grads_[i])));
   }
-  const std::vector<SparseTableInfo>& tables = model_.sparse_tables();
+  Size(row_grads_, keys_);
   for (size_t t = 0; t < keys_.size(); ++t) {
-    row_grads_[t].resize(keys_[t].size() * static_cast<size_t>(tables[t].dim));
     PS_RETURN_IF_ERROR(model_.GetSparseGradient(static_cast<int>(t),
                                                 absl::MakeSpan(row_grads_[t])));
   }
-  // The next batch's keys (the model's sparse inputs move on to it; this
-  // step has read everything it needs).
-  // A next batch the model refuses is not fetched for: its own step
-  // reports why.
-  const std::vector<std::vector<uint64_t>>* next_keys = nullptr;
-  if (next != nullptr) {
+  // The keys of the batch whose rows this step's end asks for (the model's
+  // sparse inputs move on to it: this step has read all it needs). One the
+  // model refuses is not asked for: its own step reports why.
+  const std::vector<std::vector<uint64_t>>* ahead_keys = nullptr;
+  const size_t want = static_cast<size_t>(lookahead());
+  if (ahead.size() >= want && ahead[want - 1] != nullptr) {
     absl::StatusOr<std::vector<std::vector<uint64_t>>> k =
-        model_.PrepareSparse(*next);
+        model_.PrepareSparse(*ahead[want - 1]);
     if (k.ok() && k->size() == keys_.size()) {
-      next_keys_ = *std::move(k);
-      next_keys = &next_keys_;
+      flight_.keys = *std::move(k);
+      ahead_keys = &flight_.keys;
     }
   }
   const absl::Time computed = clock_->Now();
-  result.compute = computed - pulled;
+  result.compute = computed - pulled - awaited;
 
-  absl::StatusOr<int64_t> staleness =
-      PushAndEnd(clock, next_keys, in_flight, &result.in_flight);
-  if (!staleness.ok()) {
+  absl::Status sent = SendEnd(clock, base_version, ahead.empty(), ahead_keys,
+                              in_flight, &result.in_flight);
+  if (!sent.ok()) {
     // Nothing may touch this stepper's buffers once the error is out.
     access_.CancelCalls();
-    return staleness.status();
+    pending_ = nullptr;
+    Forget();
+    return sent;
   }
-  result.staleness = *staleness;
-  result.push = clock_->Now() - computed - result.in_flight;
+  result.staleness = std::exchange(carried_staleness_, 0);
+  result.staleness_ends = std::exchange(carried_ends_, 0);
+  result.push = clock_->Now() - computed - result.in_flight + awaited;
   return result;
 }
 
-absl::StatusOr<int64_t> SparseStepper::PushAndEnd(
-    int64_t clock, const std::vector<std::vector<uint64_t>>* next_keys,
+absl::Status SparseStepper::SendEnd(
+    int64_t clock, int64_t base_version, bool last,
+    const std::vector<std::vector<uint64_t>>* ahead_keys,
     const std::function<void()>& in_flight, absl::Duration* in_flight_time) {
-  for (int i = 0; i < model_.num_parameters(); ++i) {
-    PS_RETURN_IF_ERROR(access_.Push(clock, version_, i, grads_[i]));
+  // The pushes read their keys until the end is over; the next step names
+  // its own in keys_.
+  std::swap(pushed_keys_, keys_);
+  std::vector<client::SparsePush> pushes;
+  for (size_t t = 0; t < pushed_keys_.size(); ++t) {
+    pushes.push_back({static_cast<int>(t), pushed_keys_[t], row_grads_[t]});
   }
-  SparseRowAccess* rows = SparseRowsOf(&access_);
-  if (rows != nullptr) {
-    std::vector<client::SparsePush> pushes;
-    for (size_t t = 0; t < keys_.size(); ++t) {
-      pushes.push_back({static_cast<int>(t), keys_[t], row_grads_[t]});
-    }
-    if (next_keys != nullptr) {
-      const std::vector<SparseTableInfo>& tables = model_.sparse_tables();
-      std::vector<client::SparsePull> pulls;
-      for (size_t t = 0; t < next_keys->size(); ++t) {
-        next_rows_[t].resize((*next_keys)[t].size() *
-                             static_cast<size_t>(tables[t].dim));
-        pulls.push_back({static_cast<int>(t), (*next_keys)[t],
-                         absl::MakeSpan(next_rows_[t])});
-      }
-      PS_RETURN_IF_ERROR(rows->PushRowsAndPull(
-          clock, version_, std::move(pushes), std::move(pulls)));
-    } else {
-      PS_RETURN_IF_ERROR(rows->PushRows(clock, version_, std::move(pushes)));
-    }
-  } else {
-    for (size_t t = 0; t < keys_.size(); ++t) {
-      PS_RETURN_IF_ERROR(access_.PushSparse(
-          clock, version_, static_cast<int>(t), keys_[t], row_grads_[t]));
+  std::vector<client::SparsePull> pulls;
+  if (ahead_keys != nullptr) {
+    Size(flight_.rows, *ahead_keys);
+    for (size_t t = 0; t < ahead_keys->size(); ++t) {
+      pulls.push_back({static_cast<int>(t), (*ahead_keys)[t],
+                       absl::MakeSpan(flight_.rows[t])});
     }
   }
-  if (in_flight) {
+  const auto run_in_flight = [&] {
+    if (!in_flight) return;
     const absl::Time t = clock_->Now();
     in_flight();
     *in_flight_time = clock_->Now() - t;
+  };
+  SparseRowAccess* rows = SparseRowsOf(&access_);
+
+  if (overlap_) {
+    std::vector<absl::Span<const float>> grads;
+    for (std::vector<float>& g : grads_) grads.push_back(g);
+    pending_ = rows->StartRowsStepEnd(clock, base_version, std::move(grads),
+                                      std::move(pushes), std::move(pulls),
+                                      Views(incoming_weights_));
+    flight_.clock = ahead_keys != nullptr ? clock + 2 : -1;
+    run_in_flight();
+    // The last step's end is waited for.
+    return last ? AwaitPending() : absl::OkStatus();
   }
-  if (next_keys == nullptr) return access_.Finish(clock);
+
+  for (int i = 0; i < model_.num_parameters(); ++i) {
+    PS_RETURN_IF_ERROR(access_.Push(clock, base_version, i, grads_[i]));
+  }
+  if (rows == nullptr) {
+    for (const client::SparsePush& p : pushes) {
+      PS_RETURN_IF_ERROR(
+          access_.PushSparse(clock, base_version, p.table, p.keys, p.grads));
+    }
+  } else if (!pulls.empty()) {
+    PS_RETURN_IF_ERROR(rows->PushRowsAndPull(
+        clock, base_version, std::move(pushes), std::move(pulls)));
+  } else if (!pushes.empty()) {
+    PS_RETURN_IF_ERROR(rows->PushRows(clock, base_version, std::move(pushes)));
+  }
+  run_in_flight();
+  if (last) {
+    PS_ASSIGN_OR_RETURN(const int64_t staleness, access_.Finish(clock));
+    carried_staleness_ += staleness;
+    carried_ends_++;
+    return absl::OkStatus();
+  }
   PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end,
                       access_.FinishAndPull(clock, Views(weights_)));
   version_ = end.version;
   weights_clock_ = clock + 1;
-  if (rows != nullptr) next_rows_clock_ = clock + 1;
-  return end.staleness;
+  if (rows != nullptr && ahead_keys != nullptr) {
+    std::swap(arrived_, flight_);
+    arrived_.clock = clock + 1;
+  }
+  carried_staleness_ += end.staleness;
+  carried_ends_++;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SparseStepResult> RunSparseStep(TrainableModel& model,
                                                ParameterAccess& access,
                                                int64_t clock,
                                                const data::Batch& batch) {
-  return SparseStepper(model, access).Step(clock, batch, nullptr);
+  return SparseStepper(model, access).Step(clock, batch, {});
 }
 
 }  // namespace ps::worker

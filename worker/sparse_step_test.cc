@@ -175,7 +175,8 @@ TEST(SparseStepper, PrefetchedStepsEqualPlainSteps) {
     absl::StatusOr<SparseStepResult> want =
         RunSparseStep(*t.plain_model, t.plain_access, step, batches[step]);
     ASSERT_TRUE(want.ok()) << want.status();
-    const data::Batch* next = step + 1 < kSteps ? &batches[step + 1] : nullptr;
+    std::vector<const data::Batch*> next;
+    if (step + 1 < kSteps) next.push_back(&batches[step + 1]);
     absl::StatusOr<SparseStepResult> got =
         stepper.Step(step, batches[step], next, [&] { ++in_flight_calls; });
     ASSERT_TRUE(got.ok()) << got.status();
@@ -217,10 +218,10 @@ TEST(SparseStepper, AnotherBatchOrClockIsPulledAgain) {
   struct Call {
     int64_t clock;
     const data::Batch* batch;
-    const data::Batch* next;
+    std::vector<const data::Batch*> next;
   };
   for (const Call& c :
-       {Call{0, &b0, &b1}, Call{1, &other, &b1}, Call{3, &b3, nullptr}}) {
+       {Call{0, &b0, {&b1}}, Call{1, &other, {&b1}}, Call{3, &b3, {}}}) {
     absl::StatusOr<SparseStepResult> want =
         RunSparseStep(*t.plain_model, t.plain_access, c.clock, *c.batch);
     absl::StatusOr<SparseStepResult> got =
@@ -243,9 +244,9 @@ TEST(SparseStepper, BadNextBatchFailsAtItsOwnStep) {
   data::Batch bad = ratings.Next(8);
   bad.sparse.pop_back();  // no "item" field
   SparseStepper stepper(*t.model, t.access);
-  ASSERT_TRUE(stepper.Step(0, good, &bad).ok());
+  ASSERT_TRUE(stepper.Step(0, good, {&bad}).ok());
   EXPECT_EQ(t.access.pushes_with_rows(), 0);
-  EXPECT_EQ(stepper.Step(1, bad, nullptr).status().code(),
+  EXPECT_EQ(stepper.Step(1, bad, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -294,14 +295,78 @@ TEST(SparseStepper, WorksThroughOneTableCalls) {
   for (int step = 0; step < 5; ++step) {
     absl::StatusOr<SparseStepResult> want =
         RunSparseStep(*t.plain_model, t.plain_access, step, batches[step]);
-    absl::StatusOr<SparseStepResult> got = stepper.Step(
-        step, batches[step], step + 1 < 5 ? &batches[step + 1] : nullptr);
+    std::vector<const data::Batch*> next;
+    if (step + 1 < 5) next.push_back(&batches[step + 1]);
+    absl::StatusOr<SparseStepResult> got =
+        stepper.Step(step, batches[step], next);
     ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
     EXPECT_EQ(got->loss, want->loss);
   }
   EXPECT_EQ(t.access.sparse_pulls(), 2 * 5);
   EXPECT_EQ(access.pulls, 5);  // the first step's, then one per step end
   EXPECT_EQ(t.access.dense(0), t.plain_access.dense(0));
+}
+
+// With overlap (ASP, overlap_communication), step t + 1 computes on the
+// rows and weights step t - 1's end brought: after the first two steps no
+// row is pulled on its own, each step completes the previous step's end
+// (the first none, the last its own too), and the model still learns.
+TEST(SparseStepper, OverlappedStepsLearnOnRowsOfTheEndBeforeLast) {
+  Twins t;
+  ASSERT_TRUE(t.ok());
+  Ratings ratings;
+  std::vector<data::Batch> batches;
+  constexpr int kSteps = 600;
+  for (int i = 0; i < kSteps; ++i) batches.push_back(ratings.Next(32));
+  SparseStepper stepper(*t.model, t.access, {.overlap = true});
+  ASSERT_EQ(stepper.lookahead(), 2);
+  double first = 0, last = 0;
+  int64_t ends = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<const data::Batch*> ahead;
+    for (int s = step + 1; s < kSteps && s <= step + 2; ++s) {
+      ahead.push_back(&batches[s]);
+    }
+    absl::StatusOr<SparseStepResult> r =
+        stepper.Step(step, batches[step], ahead);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->staleness_ends, step == 0            ? 0
+                                 : step == kSteps - 1 ? 2
+                                                      : 1)
+        << "step " << step;
+    ends += r->staleness_ends;
+    if (step < 20) first += r->loss / 20;
+    if (step >= kSteps - 20) last += r->loss / 20;
+  }
+  EXPECT_EQ(ends, kSteps);
+  EXPECT_LT(last, 0.1 * first) << "first " << first << " last " << last;
+  EXPECT_EQ(t.access.row_pulls(), 2);  // steps 0 and 1
+  EXPECT_EQ(t.access.pushes_with_rows(), kSteps - 2);
+  EXPECT_EQ(t.access.sparse_pushes(), 2 * kSteps);
+  EXPECT_TRUE(stepper.Drain().ok());  // nothing left on its way
+}
+
+// Drain completes a step end on its way (before an evaluation uses the
+// access), and its staleness counts in the next step's result; a step on
+// other keys than those fetched pulls its rows.
+TEST(SparseStepper, DrainCompletesTheEndOnItsWay) {
+  Twins t;
+  ASSERT_TRUE(t.ok());
+  Ratings ratings;
+  const data::Batch b0 = ratings.Next(16), b1 = ratings.Next(16),
+                    b2 = ratings.Next(16), other = ratings.Next(16);
+  SparseStepper stepper(*t.model, t.access, {.overlap = true});
+  absl::StatusOr<SparseStepResult> r = stepper.Step(0, b0, {&b1, &b2});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->staleness_ends, 0);
+  ASSERT_TRUE(stepper.Drain().ok());
+  r = stepper.Step(1, b1, {&b2});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->staleness_ends, 1);  // step 0's, completed by Drain
+  r = stepper.Step(2, other, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->staleness_ends, 2);
+  EXPECT_EQ(t.access.row_pulls(), 3);  // b0, b1, other
 }
 
 }  // namespace
