@@ -159,8 +159,12 @@ void CoordinatorImpl::Restore(StoredJob s, int64_t now, WriteBatch* writes) {
   job->events = std::move(s.events);
   job->order = table_.NextOrder();
   ResetSummary(*job);
-  for (const MetricPoint& p : s.points) ApplyPoint(*job, p);
-  job->points = std::move(s.points);
+  job->points = MetricSeriesSet(options_.max_points_per_series);
+  for (const MetricPoint& p : s.points) {
+    ApplyPoint(*job, p);
+    job->points.Add(p);
+  }
+  s.points = {};  // the whole stored series: gone before the next job loads
   for (const WorkerSlot& slot : job->record.slots()) {
     if (ActiveSlot(*job, slot.member_id()) == nullptr) {
       ForgetThroughput(*job, slot.member_id());
@@ -263,6 +267,7 @@ absl::StatusOr<SubmitJobResponse> CoordinatorImpl::SubmitJob(
   }
   JobSpec spec = NormalizeJobSpec(request.spec());
   auto job = std::make_unique<Job>();
+  job->points = MetricSeriesSet(options_.max_points_per_series);
   {
     absl::MutexLock l(&table_.mu());
     job->record.set_job_id(table_.NewJobId());

@@ -42,6 +42,7 @@
 #include "common/clock.h"
 #include "proto/coordinator_service.pb.h"
 #include "server/coordinator/job_store.h"
+#include "server/coordinator/metric_series.h"
 #include "server/coordinator/shard_client.h"
 
 namespace ps::coordinator {
@@ -69,6 +70,11 @@ struct CoordinatorOptions {
   // (and at least each job's heartbeat timeout): the members' heartbeats
   // stopped because the coordinator was down, not because they were.
   int64_t restart_grace_ms = 30000;
+  // Points kept per metric series of a job (a name from one worker in one
+  // incarnation); past it, older points are merged in pairs
+  // (metric_series.h), so a job's series take bounded memory however long
+  // it runs. The store keeps every point as reported.
+  int max_points_per_series = MetricSeriesSet::kDefaultMaxPointsPerSeries;
 };
 
 // Thread-safe. Does not own the clock, the store or the shard client; they

@@ -52,6 +52,12 @@ ABSL_FLAG(int64_t, restart_grace_ms, 30000,
           "missed heartbeats, a barrier or slowness for this long (at least "
           "each job's heartbeat timeout): the members' heartbeats stopped "
           "because the coordinator was down.");
+ABSL_FLAG(int, max_points_per_series, 4096,
+          "Metric points the coordinator keeps in memory per series of a job "
+          "(one metric of one worker); past it, older points are merged in "
+          "pairs (means, with their range and count), the newest quarter "
+          "kept as reported, so memory stays bounded however long a job "
+          "runs. The data directory keeps every point. At least 8.");
 ABSL_FLAG(std::string, data_dir, "",
           "Directory of the durable job store (job records, events, metric "
           "series). Required; a restart on the same directory resumes every "
@@ -136,6 +142,12 @@ int Run() {
   options.server_wait_timeout_ms = absl::GetFlag(FLAGS_server_wait_timeout_ms);
   options.check_dataset_files = absl::GetFlag(FLAGS_check_dataset);
   options.restart_grace_ms = absl::GetFlag(FLAGS_restart_grace_ms);
+  options.max_points_per_series = absl::GetFlag(FLAGS_max_points_per_series);
+  if (options.max_points_per_series < MetricSeriesSet::kMinPointsPerSeries) {
+    std::fprintf(stderr, "coordinator: --max_points_per_series must be >= %d\n",
+                 MetricSeriesSet::kMinPointsPerSeries);
+    return 2;
+  }
   if (options.heartbeat_interval_ms <= 0 || options.member_timeout_ms <= 0) {
     std::fprintf(stderr,
                  "coordinator: --heartbeat_interval_ms and "
@@ -193,6 +205,12 @@ int Run() {
       "coordinator_alive_members", "members alive", {{"role", "server"}});
   prometheus::Gauge& running_jobs =
       metrics.Gauge("coordinator_running_jobs", "jobs in state RUNNING");
+  prometheus::Gauge& points_reported =
+      metrics.Gauge("coordinator_metric_points", "metric points of all jobs",
+                    {{"kind", "reported"}});
+  prometheus::Gauge& points_kept =
+      metrics.Gauge("coordinator_metric_points", "metric points of all jobs",
+                    {{"kind", "kept"}});
 
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
@@ -225,9 +243,14 @@ int Run() {
         (m.role() == WORKER ? workers : servers)++;
       }
       const ListJobsResponse jobs = (*core)->ListJobs();
+      int64_t reported = 0, kept = 0;
       for (const JobRecord& j : jobs.jobs()) {
         running += j.state() == RUNNING;
+        reported += j.metric_points_reported();
+        kept += j.metric_points_kept();
       }
+      points_reported.Set(static_cast<double>(reported));
+      points_kept.Set(static_cast<double>(kept));
       alive_workers.Set(workers);
       alive_servers.Set(servers);
       running_jobs.Set(running);

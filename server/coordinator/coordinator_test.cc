@@ -739,6 +739,52 @@ TEST_F(CoordinatorTest, CoordinatorRestartLosesNothingAcknowledged) {
   EXPECT_EQ(Job(id).state(), RUNNING);
 }
 
+TEST_F(CoordinatorTest, LongSeriesAreThinnedAndTheStoreKeepsEveryPoint) {
+  options_.max_points_per_series = 16;
+  Start();
+  std::vector<int64_t> w;
+  const std::string id = RunningJob(2, Spec(2), &w);
+  constexpr int kSteps = 100;
+  for (int step = 1; step <= kSteps; ++step) {
+    ASSERT_TRUE(Report(w[0], id, "train_loss", 1.0 / step, step).ok());
+  }
+  ASSERT_TRUE(Report(w[1], id, "test_accuracy", 0.8, 50).ok());
+  auto series = [&] {
+    GetMetricsRequest m;
+    m.set_job_id(id);
+    m.add_names("train_loss");
+    absl::StatusOr<GetMetricsResponse> r = coordinator_->GetMetrics(m);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::vector<MetricPoint>(r->points().begin(),
+                                             r->points().end())
+                  : std::vector<MetricPoint>{};
+  };
+  const std::vector<MetricPoint> thinned = series();
+  ASSERT_LE(thinned.size(), 16u);
+  EXPECT_EQ(thinned.front().step(), 1);
+  EXPECT_EQ(thinned.back().step(), kSteps);
+  EXPECT_DOUBLE_EQ(thinned.back().value(), 1.0 / kSteps);
+  JobRecord r = Job(id);
+  EXPECT_EQ(r.metric_points_reported(), kSteps + 1);
+  EXPECT_EQ(r.metric_points_kept(), static_cast<int64_t>(thinned.size()) + 1);
+  EXPECT_DOUBLE_EQ(r.last_train_loss(), 1.0 / kSteps);
+  // A restart with the same cap rebuilds the same series from the store.
+  Start();
+  const std::vector<MetricPoint> again = series();
+  ASSERT_EQ(again.size(), thinned.size());
+  for (size_t i = 0; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].SerializeAsString(), thinned[i].SerializeAsString());
+  }
+  EXPECT_EQ(Job(id).global_step(), kSteps);
+  // The store holds every point as reported: a larger cap shows them all.
+  options_.max_points_per_series = 4096;
+  Start();
+  const std::vector<MetricPoint> all = series();
+  ASSERT_EQ(all.size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) EXPECT_EQ(all[i].step(), i + 1);
+  EXPECT_EQ(Job(id).metric_points_kept(), kSteps + 1);
+}
+
 TEST_F(CoordinatorTest, ExplainNamesWhatTheShardWaitsFor) {
   std::vector<int64_t> w;
   const std::string id = RunningJob(2, Spec(2), &w);

@@ -70,6 +70,8 @@ int CountActive(const Job& job) {
 
 JobRecord Snapshot(const Job& job) {
   JobRecord r = job.record;
+  r.set_metric_points_reported(job.points.reported());
+  r.set_metric_points_kept(job.points.size());
   for (WorkerSlot& s : *r.mutable_slots()) {
     auto it = job.runtime.find(s.member_id());
     if (it != job.runtime.end() && s.active()) s.set_clock(it->second.clock);

@@ -15,6 +15,7 @@
 
 #include "proto/coordinator_service.pb.h"
 #include "server/coordinator/membership.h"
+#include "server/coordinator/metric_series.h"
 
 namespace ps::coordinator {
 
@@ -71,7 +72,8 @@ struct WorkerRuntime {
 struct Job {
   JobRecord record;
   std::vector<JobEvent> events;
-  std::vector<MetricPoint> points;
+  // Bounded: older points of a long series are merged (metric_series.h).
+  MetricSeriesSet points;
   int64_t order = 0;       // submission order
   int64_t change = 1;      // bumped on every visible change
   int64_t record_seq = 0;  // orders record writes

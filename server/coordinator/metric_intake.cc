@@ -105,7 +105,7 @@ absl::StatusOr<bool> IntakeMetrics(JobTable& table, Job& job,
   writes->AppendPoints(request.job_id(), *points);
   for (const MetricPoint& p : *points) {
     ApplyPoint(job, p);
-    job.points.push_back(p);
+    job.points.Add(p);
     auto it = job.runtime.find(request.member_id());
     if (it != job.runtime.end()) ObserveComputeTime(it->second, p, now);
   }
@@ -157,17 +157,14 @@ std::vector<MetricPoint> SelectPoints(const Job& job,
   for (int k = restarts.size() - 1; k >= 0; --k) {
     cut[k] = std::min(cut[k + 1], restarts[k]);
   }
-  std::vector<MetricPoint> points;
-  for (const MetricPoint& p : job.points) {
-    if (!names.empty() && !names.count(p.name())) continue;
-    if (!request.include_superseded() && p.incarnation() >= 0 &&
-        p.incarnation() < static_cast<int64_t>(cut.size()) &&
-        p.step() > cut[p.incarnation()]) {
-      continue;
-    }
-    points.push_back(p);
-  }
-  return points;
+  return job.points.Points([&](const MetricPoint& p) {
+    if (!names.empty() && !names.count(p.name())) return false;
+    // A merged point's step is its points' mean: one that straddles the
+    // restart step goes with the side its mean falls on.
+    return request.include_superseded() || p.incarnation() < 0 ||
+           p.incarnation() >= static_cast<int64_t>(cut.size()) ||
+           p.step() <= cut[p.incarnation()];
+  });
 }
 
 }  // namespace ps::coordinator

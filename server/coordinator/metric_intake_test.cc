@@ -166,8 +166,8 @@ TEST_F(IntakeTest, PointsAreKeptAndFeedTheStragglerPolicy) {
   ASSERT_TRUE(Report(2, false,
                      {Point("compute_ms", 20, 3), Point("train_loss", 0.5, 3)})
                   .ok());
-  ASSERT_EQ(job_->points.size(), 2u);
-  EXPECT_EQ(job_->points[1].member_id(), 2);
+  ASSERT_EQ(job_->points.size(), 2);
+  EXPECT_EQ(job_->points.Points()[1].member_id(), 2);
   EXPECT_DOUBLE_EQ(job_->record.last_train_loss(), 0.5);
   EXPECT_DOUBLE_EQ(job_->runtime[2].busy_ms, 20);
   EXPECT_GT(job_->change, change);
@@ -176,7 +176,7 @@ TEST_F(IntakeTest, PointsAreKeptAndFeedTheStragglerPolicy) {
   ASSERT_TRUE(Report(3, true, {Point("compute_ms", 5, 3)}).ok());
   EXPECT_FALSE(job_->record.slots(2).done());
   EXPECT_EQ(job_->runtime.count(3), 0u);
-  EXPECT_EQ(job_->points.size(), 3u);
+  EXPECT_EQ(job_->points.size(), 3);
 }
 
 TEST_F(IntakeTest, StrangersAndBadPointsAreRefusedWholly) {
@@ -198,9 +198,9 @@ TEST(MetricIntake, SupersededPointsAreLeftOutUnlessAskedFor) {
   job.record.add_rollback_steps(25);
   for (auto [inc, step] : std::vector<std::pair<int64_t, int64_t>>{
            {0, 10}, {0, 20}, {0, 22}, {0, 30}, {1, 24}, {1, 26}, {2, 27}}) {
-    job.points.push_back(Point("train_loss", 1, step, 1, inc));
+    job.points.Add(Point("train_loss", 1, step, 1, inc));
   }
-  job.points.push_back(Point("test_accuracy", 1, 5));
+  job.points.Add(Point("test_accuracy", 1, 5));
   auto steps = [&](bool include_superseded, std::vector<std::string> names) {
     GetMetricsRequest req;
     req.set_include_superseded(include_superseded);

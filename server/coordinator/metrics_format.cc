@@ -95,7 +95,13 @@ std::string FormatMetricsJson(absl::string_view job_id,
                       ", \"time_ms\": ", p->time_ms(),
                       ", \"member_id\": ", p->member_id(),
                       ", \"value\": ", Number(p->value(), true),
-                      ", \"incarnation\": ", p->incarnation(), "}");
+                      ", \"incarnation\": ", p->incarnation());
+      if (p->merged() > 1) {
+        absl::StrAppend(&out, ", \"merged\": ", p->merged(),
+                        ", \"min_value\": ", Number(p->min_value(), true),
+                        ", \"max_value\": ", Number(p->max_value(), true));
+      }
+      out += "}";
       first = false;
     }
     out += "]";

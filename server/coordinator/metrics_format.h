@@ -13,14 +13,18 @@
 namespace ps::coordinator {
 
 // One line per point, in the order given, after the header
-// "job_id,name,step,epoch,time_ms,member_id,value". Values print with 9
-// significant digits; NaN and Inf print as "nan", "inf", "-inf".
+// "job_id,name,step,epoch,time_ms,member_id,value,incarnation" (a merged
+// point's value, step, epoch and time are its means; only JSON tells it
+// apart). Values print with 9 significant digits; NaN and Inf print as
+// "nan", "inf", "-inf".
 std::string FormatMetricsCsv(absl::string_view job_id,
                              absl::Span<const MetricPoint> points);
 
 // {"job_id": "...", "series": {"<name>": [{"step": s, "epoch": e,
-// "time_ms": t, "member_id": m, "value": v}, ...], ...}}: series in name
-// order, points in the order given. NaN and Inf become null (JSON has none).
+// "time_ms": t, "member_id": m, "value": v, "incarnation": i}, ...], ...}}:
+// series in name order, points in the order given; a merged point
+// (MetricPoint.merged > 1) also has "merged", "min_value" and "max_value".
+// NaN and Inf become null (JSON has none).
 std::string FormatMetricsJson(absl::string_view job_id,
                               absl::Span<const MetricPoint> points);
 

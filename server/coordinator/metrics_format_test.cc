@@ -46,6 +46,18 @@ TEST(MetricsFormat, JsonGroupsSeriesAndNullsNonFinite) {
       "\"value\": null, \"incarnation\": 0}]\n}}\n");
 }
 
+TEST(MetricsFormat, JsonShowsMergedPoints) {
+  MetricPoint p = Point("train_loss", 2.5, 4);
+  p.set_merged(4);
+  p.set_min_value(2);
+  p.set_max_value(3);
+  EXPECT_EQ(FormatMetricsJson("j", {p}),
+            "{\"job_id\": \"j\", \"series\": {\n"
+            "  \"train_loss\": [{\"step\": 4, \"epoch\": 0.5, \"time_ms\": "
+            "1004, \"member_id\": 3, \"value\": 2.5, \"incarnation\": 0, "
+            "\"merged\": 4, \"min_value\": 2, \"max_value\": 3}]\n}}\n");
+}
+
 TEST(MetricsFormat, EmptyAndUnknownFormat) {
   EXPECT_EQ(FormatMetricsJson("j", {}),
             "{\"job_id\": \"j\", \"series\": {}}\n");

@@ -227,6 +227,9 @@ void PrintJob(const JobData& job) {
     std::printf("target     %s\n", t.c_str());
   }
   std::printf("throughput %.0f examples/s\n", r.examples_per_sec());
+  if (const std::string t = FormatThinnedSeries(r); !t.empty()) {
+    std::printf("series     %s\n", t.c_str());
+  }
   std::printf("workers    %d, servers %d, events %lld\n", r.workers_size(),
               r.servers_size(), static_cast<long long>(r.num_events()));
 }
@@ -253,6 +256,11 @@ int RunCompare(Client& c, const CompareFlags& flags) {
     rows.push_back(Summarize(j, *cmp->metric, cmp->target));
   }
   std::printf("%s", FormatComparison(rows, *cmp).c_str());
+  for (const JobData& j : jobs) {
+    if (const std::string t = FormatThinnedSeries(j.record); !t.empty()) {
+      std::printf("%s: %s\n", j.record.job_id().c_str(), t.c_str());
+    }
+  }
   const std::string& out = flags.out_prefix;
   if (absl::Status s = WritePlots(jobs, *cmp, out); !s.ok()) {
     std::fprintf(stderr, "psctl: plot not written: %s\n",
@@ -483,6 +491,9 @@ int MetricsCommand(Client& c, const Flags& f) {
     absl::StrAppend(&line, "; ", t);
   }
   std::fprintf(stderr, "job metric: %s\n", line.c_str());
+  if (const std::string t = FormatThinnedSeries(job.record); !t.empty()) {
+    std::fprintf(stderr, "series: %s\n", t.c_str());
+  }
   return kOk;
 }
 

@@ -18,11 +18,24 @@
 namespace ps::psctl {
 namespace {
 
+// How many reported points a point stands for: more than one when the
+// coordinator merged older points of a long series (MetricPoint.merged).
+double Weight(const MetricPoint& p) {
+  return p.merged() > 1 ? static_cast<double>(p.merged()) : 1.0;
+}
+
+// The best value among the points a point stands for, in the metric's
+// direction (the value itself for a point as reported).
+double BestOf(const TestMetricInfo& metric, const MetricPoint& p) {
+  if (p.merged() <= 1) return p.value();
+  return metric.higher_is_better ? p.max_value() : p.min_value();
+}
+
 // Training loss averaged over all workers in bins of 1/10 epoch, so that one
 // line per job stays readable however many workers reported.
 struct Bin {
   double loss_sum = 0, time_sum = 0;
-  int n = 0;
+  double n = 0;  // reported points (merged ones weigh what they stand for)
 };
 
 std::map<int64_t, Bin> LossBins(const std::vector<MetricPoint>& points) {
@@ -30,9 +43,10 @@ std::map<int64_t, Bin> LossBins(const std::vector<MetricPoint>& points) {
   for (const MetricPoint& p : points) {
     if (p.name() != "train_loss") continue;
     Bin& b = bins[static_cast<int64_t>(std::floor(p.epoch() * 10))];
-    b.loss_sum += p.value();
-    b.time_sum += p.time_ms() / 1000.0;
-    ++b.n;
+    const double w = Weight(p);
+    b.loss_sum += p.value() * w;
+    b.time_sum += p.time_ms() / 1000.0 * w;
+    b.n += w;
   }
   return bins;
 }
@@ -62,9 +76,10 @@ MetricValues Values(const std::vector<MetricPoint>& points,
   MetricValues v;
   v.metric = &metric;
   for (const MetricPoint* p : SeriesOf(points, metric)) {
-    if (IsBetter(metric, p->value(), v.best_value)) v.best_value = p->value();
+    const double best = BestOf(metric, *p);
+    if (IsBetter(metric, best, v.best_value)) v.best_value = best;
     v.final_value = p->value();
-    ++v.evaluations;
+    v.evaluations += static_cast<int64_t>(Weight(*p));
   }
   return v;
 }
@@ -86,21 +101,25 @@ std::string Value4(double v) {
 // Throughput, staleness, drops and evictions: what the system did, whatever
 // the metric.
 void SummarizeSystem(const JobData& job, JobSummary& s) {
-  std::map<int64_t, std::pair<double, int>> rate_by_worker;
+  // Means weigh a merged point by the points it stands for, so they are
+  // the means of what the workers reported.
+  std::map<int64_t, std::pair<double, double>> rate_by_worker;
   double staleness_sum = 0;
-  int staleness_n = 0;
+  double staleness_n = 0;
   for (const MetricPoint& p : job.points) {
+    const double w = Weight(p);
+    const double high = p.merged() > 1 ? p.max_value() : p.value();
     if (p.name() == "examples_per_sec") {
       auto& [sum, n] = rate_by_worker[p.member_id()];
-      sum += p.value();
-      ++n;
+      sum += p.value() * w;
+      n += w;
     } else if (p.name() == "staleness") {
-      staleness_sum += p.value();
-      ++staleness_n;
+      staleness_sum += p.value() * w;
+      staleness_n += w;
     } else if (p.name() == "dropped_pushes") {
-      s.dropped_pushes = std::max<int64_t>(s.dropped_pushes, p.value());
+      s.dropped_pushes = std::max<int64_t>(s.dropped_pushes, high);
     } else if (p.name() == "rejected_pushes") {
-      s.rejected_pushes = std::max<int64_t>(s.rejected_pushes, p.value());
+      s.rejected_pushes = std::max<int64_t>(s.rejected_pushes, high);
     }
   }
   for (const auto& [worker, sum_n] : rate_by_worker) {
@@ -292,6 +311,14 @@ std::string ProgressLine(const JobRecord& job, double elapsed_s, int width) {
                       elapsed_s, width);
 }
 
+std::string FormatThinnedSeries(const JobRecord& r) {
+  if (r.metric_points_kept() >= r.metric_points_reported()) return "";
+  return absl::StrFormat(
+      "%d metric points reported, %d kept: older points of long series "
+      "merged (coordinator --max_points_per_series)",
+      r.metric_points_reported(), r.metric_points_kept());
+}
+
 std::string FormatDataProgress(const JobRecord& r) {
   if (r.examples_total() <= 0) return "";
   std::string line =
@@ -324,7 +351,9 @@ JobSummary Summarize(const JobData& job, const TestMetricInfo& metric,
   s.target = target > 0 ? target : 0;
   s.values = Values(job.points, metric);
   for (const MetricPoint* p : SeriesOf(job.points, metric)) {
-    if (s.target > 0 && MeetsTarget(metric, p->value(), s.target)) {
+    // A merged point counts when one of its evaluations met the target;
+    // its time, step and epoch are then those of the merged span's middle.
+    if (s.target > 0 && MeetsTarget(metric, BestOf(metric, *p), s.target)) {
       s.seconds_to_target = p->time_ms() / 1000.0;
       s.steps_to_target = p->step();
       s.epochs_to_target = p->epoch();

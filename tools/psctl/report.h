@@ -134,6 +134,11 @@ std::string FormatTargetProgress(const JobSummary& s);
 // examples_trained / _total / _skipped; "" when the job has no data plans.
 std::string FormatDataProgress(const JobRecord& r);
 
+// "195312 metric points reported, 16384 kept: older points of long series
+// merged (coordinator --max_points_per_series)" from the record's
+// metric_points_reported / _kept; "" when every point is kept as reported.
+std::string FormatThinnedSeries(const JobRecord& r);
+
 // The metric a comparison judges its jobs by, and the target in it (0: none).
 struct ComparisonMetric {
   const TestMetricInfo* metric = &AccuracyMetric();

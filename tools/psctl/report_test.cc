@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/coordinator/metric_series.h"
 
 namespace ps::psctl {
 namespace {
@@ -596,6 +597,115 @@ TEST(Report, WritesPngAndSvg) {
     EXPECT_TRUE(std::filesystem::exists(file)) << file;
   }
   EXPECT_FALSE(std::filesystem::exists(prefix + ".gnuplot.log"));
+}
+
+// A long job of two workers as reported (`full`) and as a coordinator
+// keeping `cap` points per series gives it (`thinned`).
+struct LongJob {
+  JobData full, thinned;
+};
+
+LongJob LongTwoWorkerJob(int cap) {
+  LongJob j;
+  coordinator::MetricSeriesSet series(cap);
+  auto add = [&](MetricPoint p) {
+    series.Add(p);
+    j.full.points.push_back(std::move(p));
+  };
+  for (int64_t step = 1; step <= 4000; ++step) {
+    const double epoch = step / 1000.0;
+    const int64_t t = step * 100;
+    for (int64_t member : {1, 2}) {
+      add(Point("train_loss", 1.0 / step + 0.01 * member, step, epoch, t,
+                member));
+      add(Point("examples_per_sec", 1000 * member + (step % 7) * 10, step,
+                epoch, t, member));
+      add(Point("staleness", step % 3, step, epoch, t, member));
+    }
+    if (step % 20 == 0) {
+      // AUC peaks at 0.81 at step 1000 and ends at 0.79.
+      const double auc = step == 1000 ? 0.81 : 0.79 - 0.1 / (step / 20);
+      add(Point("test_auc", auc, step, epoch, t, 1));
+    }
+  }
+  j.full.record.set_job_id("job-1");
+  j.full.record.set_state(SUCCEEDED);
+  j.thinned.record = j.full.record;
+  j.thinned.points = series.Points();
+  j.thinned.record.set_metric_points_reported(series.reported());
+  j.thinned.record.set_metric_points_kept(series.size());
+  return j;
+}
+
+TEST(Report, ThinnedSeriesSummariseAsReported) {
+  const LongJob j = LongTwoWorkerJob(64);
+  ASSERT_LT(j.thinned.points.size(), j.full.points.size() / 10);
+  const TestMetricInfo& auc = *FindTestMetric("auc");
+  const JobSummary full = Summarize(j.full, auc, 0.8);
+  const JobSummary thinned = Summarize(j.thinned, auc, 0.8);
+  EXPECT_DOUBLE_EQ(full.values.final_value, thinned.values.final_value);
+  EXPECT_DOUBLE_EQ(thinned.values.best_value, 0.81) << "the peak is kept";
+  EXPECT_EQ(thinned.values.evaluations, full.values.evaluations);
+  EXPECT_EQ(thinned.values.evaluations, 200);
+  EXPECT_NEAR(thinned.examples_per_sec, full.examples_per_sec,
+              1e-9 * full.examples_per_sec);
+  EXPECT_NEAR(thinned.mean_staleness, full.mean_staleness, 1e-9);
+  // The target was met once, at step 1000: a merged point around it says so.
+  EXPECT_EQ(full.steps_to_target, 1000);
+  ASSERT_GT(thinned.steps_to_target, 0);
+  EXPECT_NEAR(thinned.steps_to_target, 1000, 4000 / 64 * 20);
+  EXPECT_EQ(FormatThinnedSeries(j.full.record), "");
+  EXPECT_EQ(FormatThinnedSeries(j.thinned.record),
+            absl::StrCat(j.full.points.size(), " metric points reported, ",
+                         j.thinned.points.size(),
+                         " kept: older points of long series merged "
+                         "(coordinator --max_points_per_series)"));
+}
+
+TEST(Report, PlotsOfThinnedSeries) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "gnuplot not installed (tools/setup.sh installs it)";
+  }
+  const LongJob j = LongTwoWorkerJob(64);
+  JobData full = j.full;
+  full.record.set_job_id("job-2");
+  const std::string prefix = testing::TempDir() + "/thinned";
+  ASSERT_TRUE(
+      WritePlots({j.thinned, full}, {FindTestMetric("auc"), 0.8}, prefix).ok());
+  EXPECT_GT(std::filesystem::file_size(prefix + ".png"), 1000u);
+  // The loss curve: 0.1-epoch bins, each the mean of the points in it,
+  // weighted by what they stand for.
+  auto lines = [](const std::string& file) {
+    std::ifstream in(file);
+    std::vector<std::vector<double>> rows;
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream fields(line);
+      std::vector<double> row;
+      double v;
+      while (fields >> v) row.push_back(v);
+      rows.push_back(row);
+    }
+    return rows;
+  };
+  const auto thinned = lines(prefix + "-job_1-loss.dat");
+  const auto reported = lines(prefix + "-job_2-loss.dat");
+  ASSERT_FALSE(reported.empty());
+  // A merged point sits in the bin of its mean epoch; where merged points
+  // span more than a bin (here 128 points, 0.128 epochs) some bins stay
+  // empty. The newest bins are as reported.
+  ASSERT_FALSE(thinned.empty());
+  EXPECT_LE(thinned.size(), reported.size());
+  EXPECT_GE(thinned.size(), reported.size() / 2);
+  for (const std::vector<double>& bin : thinned) {
+    bool found = false;
+    for (const std::vector<double>& r : reported) found |= r[1] == bin[1];
+    EXPECT_TRUE(found) << "epoch " << bin[1];
+  }
+  EXPECT_EQ(thinned.back(), reported.back());
+  EXPECT_EQ(lines(prefix + "-job_1-auc.dat").back(),
+            lines(prefix + "-job_2-auc.dat").back());
 }
 
 TEST(Report, DataProgressCountsTrainedAndSkippedExamples) {
