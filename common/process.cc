@@ -30,4 +30,12 @@ bool TuneMallocForLargeMessages(bool enabled) {
 #endif
 }
 
+bool ReleaseFreedMemory() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;
+#else
+  return malloc_trim(0) == 1;
+#endif
+}
+
 }  // namespace ps

@@ -28,6 +28,15 @@ void DisableMutexDeadlockDetection();
 // allocator. Returns whether the thresholds were set.
 bool TuneMallocForLargeMessages(bool enabled);
 
+// Hands the freed memory of every heap back to the kernel (glibc's
+// malloc_trim(0): the free top of each heap, and the whole free pages
+// inside it). A daemon calls it when a large state it held is gone (a
+// shard's job torn down), since with TuneMallocForLargeMessages up to
+// 256 MB of freed memory would otherwise stay resident per heap. Takes
+// milliseconds (it walks every heap); not for a hot path. Returns whether
+// memory was released (false under a sanitizer's allocator).
+bool ReleaseFreedMemory();
+
 // Whether a value of $PS_MALLOC_TUNING, as main() read it (null when unset),
 // asks for TuneMallocForLargeMessages: anything but "0".
 bool MallocTuningEnabled(const char* ps_malloc_tuning);

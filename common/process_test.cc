@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -54,6 +55,47 @@ TEST(TuneMallocTest, FreedMessageBuffersAreNotFaultedInAgain) {
   EXPECT_LT(later, pages_per_round / 4)
       << later << " page faults in 4 rounds of " << pages_per_round
       << " pages each";
+#endif
+}
+
+// Resident memory of this process in bytes (/proc/self/statm's second
+// field, in pages).
+[[maybe_unused]] long ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * 4096 : -1;
+}
+
+TEST(ReleaseFreedMemoryTest, FreedHeapMemoryLeavesTheProcess) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer supplies the allocator; malloc_trim does not "
+                  "apply";
+#else
+  ASSERT_TRUE(TuneMallocForLargeMessages(/*enabled=*/true));
+  // 64 MB in 64 KB blocks (below the mmap threshold: from the heap), as a
+  // job's tables are, freed with one small block kept after them so that
+  // the heap's top cannot shrink past them.
+  constexpr size_t kBlock = 64 << 10;
+  constexpr int kBlocks = 1024;
+  std::vector<char*> blocks;
+  for (int i = 0; i < kBlocks; ++i) {
+    blocks.push_back(static_cast<char*>(std::malloc(kBlock)));
+    std::memset(blocks.back(), 1, kBlock);
+  }
+  char* pin = static_cast<char*>(std::malloc(64));
+  std::memset(pin, 1, 64);
+  const long held = ResidentBytes();
+  for (char* p : blocks) std::free(p);
+  const long freed = ResidentBytes();
+  EXPECT_GT(freed, held - (16 << 20)) << "tuned, freed memory stays resident";
+  EXPECT_TRUE(ReleaseFreedMemory());
+  const long released = ResidentBytes();
+  EXPECT_LT(released, freed - (48 << 20))
+      << "held " << held << ", freed " << freed << ", released " << released;
+  std::free(pin);
 #endif
 }
 

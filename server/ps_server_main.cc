@@ -210,6 +210,9 @@ absl::StatusOr<std::unique_ptr<ShardStore>> CreateStore(
   store_options.data_dir = absl::GetFlag(FLAGS_data_dir);
   store_options.metrics = &metrics;
   store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
+  // With the tuned thresholds (main()), a finished job's freed tables
+  // would stay resident until the next job reuses them.
+  store_options.after_teardown = [] { ReleaseFreedMemory(); };
   if (store_options.apply_threads == 0) {
     store_options.apply_threads = DefaultApplyThreads();
   }

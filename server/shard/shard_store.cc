@@ -251,8 +251,15 @@ absl::Status ShardStoreImpl::TeardownJob(const TeardownJobRequest& request) {
     absl::MutexLock jl(&job->mu);
     job->torn_down = true;  // releases waiting pulls and barriers
   }
-  absl::MutexLock l(&mu_);
-  jobs_.erase(request.job_id());
+  {
+    absl::MutexLock l(&mu_);
+    jobs_.erase(request.job_id());
+  }
+  // The tables go with the last reference: this one, unless a call still
+  // in flight holds the job a moment longer (its memory is then reused by
+  // the next job rather than released).
+  job.reset();
+  if (options_.after_teardown) options_.after_teardown();
   return absl::OkStatus();
 }
 

@@ -60,6 +60,7 @@
 #ifndef PS_SERVER_SHARD_SHARD_STORE_H_
 #define PS_SERVER_SHARD_SHARD_STORE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -87,6 +88,12 @@ struct ShardStoreOptions {
   // Threads that apply a BSP step's update when it closes (the closing
   // thread and apply_threads - 1 helpers), chunks spread over them; >= 1.
   int apply_threads = 1;
+  // Called after TeardownJob dropped a job's state (ps_server:
+  // ReleaseFreedMemory, common/process.h), so that the memory its tables
+  // freed leaves the process instead of staying in the allocator's heaps;
+  // null: nothing. Runs on the TeardownJob caller's thread, with no lock
+  // held.
+  std::function<void()> after_teardown;
 };
 
 // The daemon's default apply_threads: one per CPU core, at most 8.

@@ -176,5 +176,32 @@ TEST(ShardStore, TeardownReleasesWaitersAndForgetsTheJob) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(ShardStore, TeardownHandsTheJobsMemoryBackAfterDroppingIt) {
+  FakeClock clock;
+  ShardStoreOptions options;
+  options.clock = &clock;
+  std::unique_ptr<ShardStore> store;
+  int calls = 0;
+  absl::StatusCode status_then = absl::StatusCode::kOk;
+  options.after_teardown = [&] {
+    ++calls;
+    status_then = store->GetShardStatus("job1").status().code();
+  };
+  absl::StatusOr<std::unique_ptr<ShardStore>> created =
+      ShardStore::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  store = *std::move(created);
+  ASSERT_TRUE(
+      store->SetupJob(JobSetup(MakeSpec(ConsistencySpec::ASP), {1})).ok());
+  EXPECT_EQ(calls, 0);
+  TeardownJobRequest td;
+  td.set_job_id("job1");
+  ASSERT_TRUE(store->TeardownJob(td).ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(status_then, absl::StatusCode::kNotFound) << "the job was gone";
+  EXPECT_FALSE(store->TeardownJob(td).ok());
+  EXPECT_EQ(calls, 1) << "no job, nothing dropped";
+}
+
 }  // namespace
 }  // namespace ps::server
