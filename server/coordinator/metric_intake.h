@@ -46,10 +46,11 @@ absl::StatusOr<bool> IntakeMetrics(JobTable& table, Job& job,
                                    WriteBatch* writes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
 
-// The points GetMetrics returns: those named (all when none is), and unless
-// request.include_superseded, none of an incarnation at a step after the
-// lowest restart step of the rollbacks that followed it (those steps were
-// computed again).
+// The points GetMetrics returns, in time order: those named (all when none
+// is), and unless request.include_superseded, none of an incarnation at a
+// step after the lowest restart step of the rollbacks that followed it
+// (those steps were computed again). Long series come thinned
+// (metric_series.h): a merged point goes by its mean step.
 std::vector<MetricPoint> SelectPoints(const Job& job,
                                       const GetMetricsRequest& request);
 
