@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/key_placement.h"
+#include "server/shard/huge_pages.h"
 
 namespace ps::server {
 namespace {
@@ -46,9 +47,22 @@ bool UsesRecency(const SparseRowMapOptions& o) {
 }  // namespace
 
 struct SparseRowMap::Stripe {
+  struct FreeBlock {
+    void operator()(char* p) const { FreeHugePages(p, kHugePageBytes); }
+  };
   mutable absl::Mutex mu;
-  absl::flat_hash_map<uint64_t, uint32_t> index ABSL_GUARDED_BY(mu);
-  std::vector<std::unique_ptr<char[]>> pages ABSL_GUARDED_BY(mu);
+  // (Past 2 MiB its slots are on huge pages: huge_pages.h.)
+  absl::flat_hash_map<uint64_t, uint32_t, absl::Hash<uint64_t>,
+                      std::equal_to<uint64_t>,
+                      HugePageAllocator<std::pair<const uint64_t, uint32_t>>>
+      index ABSL_GUARDED_BY(mu);
+  // Record pages: the first 2 MiB of them allocated one by one, the next
+  // carved out of 2 MiB blocks, each moved onto a huge page once full
+  // (huge_pages.h).
+  std::vector<char*> pages ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<char[]>> small_pages ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<char, FreeBlock>> blocks ABSL_GUARDED_BY(mu);
+  uint32_t block_pages_left ABSL_GUARDED_BY(mu) = 0;
   uint32_t next_record ABSL_GUARDED_BY(mu) = 0;  // never handed out above
   std::vector<uint32_t> free ABSL_GUARDED_BY(mu);
   // Recency list (LRU, TTL): most recent at head.
@@ -58,7 +72,7 @@ struct SparseRowMap::Stripe {
 };
 
 RowMeta* SparseRowMap::Meta(const Stripe& st, uint32_t r) const {
-  return reinterpret_cast<RowMeta*>(st.pages[r / records_per_page_].get() +
+  return reinterpret_cast<RowMeta*>(st.pages[r / records_per_page_] +
                                     (r % records_per_page_) * record_bytes_);
 }
 
@@ -315,9 +329,7 @@ uint32_t SparseRowMap::NewRow(Stripe& st, uint64_t key,
     st.free.pop_back();
   } else {
     r = st.next_record++;
-    if (r / records_per_page_ >= st.pages.size()) {
-      st.pages.emplace_back(new char[records_per_page_ * record_bytes_]);
-    }
+    if (r / records_per_page_ >= st.pages.size()) AddPage(st);
   }
   st.index.emplace(key, r);
   ++st.rows;
@@ -326,6 +338,33 @@ uint32_t SparseRowMap::NewRow(Stripe& st, uint64_t key,
   *m = RowMeta{};
   m->key = key;
   return r;
+}
+
+void SparseRowMap::AddPage(Stripe& st) {
+  const size_t page_bytes = records_per_page_ * record_bytes_;
+  const size_t pages_per_block = kHugePageBytes / page_bytes;
+  // A block is on ordinary pages until its last page is handed out, then
+  // moved onto a huge page: a huge page is resident whole, so a block in
+  // use costs no more memory than the small pages it replaces.
+  if (pages_per_block > 1 && st.pages.size() >= pages_per_block) {
+    if (st.block_pages_left == 0) {
+      char* block = static_cast<char*>(AllocateAlignedPages(kHugePageBytes));
+      if (block != nullptr) {
+        st.blocks.emplace_back(block);
+        st.block_pages_left = static_cast<uint32_t>(pages_per_block);
+      }
+    }
+    if (st.block_pages_left > 0) {
+      st.pages.push_back(st.blocks.back().get() +
+                         (pages_per_block - st.block_pages_left) * page_bytes);
+      if (--st.block_pages_left == 0) {
+        CollapseToHugePages(st.blocks.back().get(), kHugePageBytes);
+      }
+      return;
+    }
+  }
+  st.small_pages.emplace_back(new char[page_bytes]);
+  st.pages.push_back(st.small_pages.back().get());
 }
 
 void SparseRowMap::PrefetchRecord(const Stripe& st, uint32_t r) const {
@@ -374,6 +413,9 @@ void SparseRowMap::Clear() {
     }
     st.index.clear();
     st.pages.clear();
+    st.small_pages.clear();
+    st.blocks.clear();
+    st.block_pages_left = 0;
     st.free.clear();
     st.next_record = 0;
     st.head = st.tail = kNone;

@@ -8,7 +8,12 @@
 // plus a control byte, at a load of 7/16 to 7/8) and pages of 64 KiB of
 // records of 24 + 4 x dim x (1 + num_slots) bytes; freed records are reused.
 // So a row costs its weights and slots, 24 bytes of header and about 20-40
-// bytes of index (sparse_table_benchmark measures it at 10^6 rows).
+// bytes of index (sparse_table_benchmark measures it at 10^6 rows). Past
+// 2 MiB a stripe's index and record pages are on huge pages where the
+// kernel allows (huge_pages.h: a random row visit would otherwise miss the
+// TLB too): the index's array from its allocation (it is touched all over
+// as it fills), the records in 2 MiB blocks moved onto a huge page once
+// every page of the block is in use, so this costs no memory.
 //
 // Capacity and eviction (SparseTableSpec): with NONE and TTL a table-wide
 // count holds the rows plus the rows that calls in flight have reserved, so
@@ -179,6 +184,8 @@ class SparseRowMap {
   // the stripe's least recently touched row at its capacity; NONE/TTL: out
   // of `reservation` when it has rows left), its header set, its values not.
   uint32_t NewRow(Stripe& st, uint64_t key, Reservation* reservation);
+  // Appends a record page to `st`.
+  void AddPage(Stripe& st);
   // Reserves `n` more rows against the capacity, or fails.
   absl::Status ReserveRows(int64_t n);
   // TTL: removes stripe `st`'s rows untouched since version - ttl_versions.

@@ -146,6 +146,39 @@ TEST(SparseRowMap, PutAndClear) {
   EXPECT_EQ(Peek(map, 42), -1.0f);
 }
 
+TEST(SparseRowMap, StripePastTwoMiBKeepsEveryRow) {
+  // One stripe (LRU below 2048 rows) of 8 KiB records: past 2 MiB its pages
+  // come from huge-page blocks; rows on both kinds keep their values, and
+  // evictions reuse records across them.
+  SparseRowMapOptions o = Options(2000, SparseTableSpec::LRU);
+  o.dim = 512;
+  o.num_slots = 3;
+  SparseRowMap map(o);
+  auto init = [&](uint64_t key, float* v) {
+    for (int k = 0; k < map.row_floats(); ++k) v[k] = key + 0.5f * k;
+  };
+  std::vector<uint64_t> keys(2600);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + i;
+  ASSERT_TRUE(
+      map.ForRows(keys, 1, /*create=*/true, init, [](size_t, RowRef) {}).ok());
+  EXPECT_EQ(map.rows(), 2000);
+  EXPECT_EQ(map.evictions(), 600);
+  EXPECT_GE(map.bytes(), int64_t{2000} * map.row_floats() * 4);
+  int64_t seen = 0, wrong = 0;
+  map.ForEachRow([&](const RowMeta& meta, absl::Span<const float> v) {
+    ++seen;
+    EXPECT_GE(meta.key, 1600u);  // the last 2000 touched
+    for (int k = 0; k < map.row_floats(); ++k) {
+      if (v[k] != meta.key + 0.5f * k) ++wrong;
+    }
+  });
+  EXPECT_EQ(seen, 2000);
+  EXPECT_EQ(wrong, 0);
+  map.Clear();
+  EXPECT_EQ(map.rows(), 0);
+  EXPECT_LT(map.bytes(), 64 << 10);  // pages and blocks gone
+}
+
 TEST(SparseRowMap, ConcurrentUpdatesOfSharedAndOwnKeys) {
   SparseRowMap map(Options());
   constexpr int kThreads = 8, kRounds = 200;
