@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -10,15 +11,19 @@
 #include "common/initializer.h"
 #include "common/key_placement.h"
 #include "common/payload_codec.h"
+#include "server/shard/dense_gradient.h"
 
 namespace ps::server {
 namespace {
 
-// This table's gradient of a push: its keys (in the push's buffers) and
-// their gradients widened to fp32, and the rows reserved for them.
+// This table's gradient of a push: its keys (in the push's buffers), their
+// fp32 gradients (dim per key: in the push's buffers too when they came as
+// aligned fp32, else widened into `widened`), and the rows reserved for
+// them.
 struct SparseGradient final : PreparedGradient {
   absl::Span<const uint64_t> keys;
-  std::vector<float> grads;  // dim per key
+  absl::Span<const float> grads;
+  std::vector<float> widened;
   SparseRowMap::Reservation reservation;
 };
 
@@ -159,14 +164,24 @@ absl::StatusOr<std::unique_ptr<PreparedGradient>> SparseTable::Prepare(
         absl::InvalidArgumentError(absl::StrCat(at, ": ", s.message())));
   }
   gradient->keys = mine->keys;
-  gradient->grads.resize(static_cast<size_t>(mine->num_rows) * spec_.dim());
-  if (absl::Status s = WidenToFloat(WireDType(mine->dtype), mine->rows,
-                                    absl::MakeSpan(gradient->grads));
-      !s.ok()) {
-    return refuse(
-        absl::InvalidArgumentError(absl::StrCat(at, ": ", s.message())));
+  const size_t floats = static_cast<size_t>(mine->num_rows) * spec_.dim();
+  if (WireDType(mine->dtype) == FLOAT32 &&
+      mine->rows.size() == floats * sizeof(float) &&
+      reinterpret_cast<uintptr_t>(mine->rows.data()) % alignof(float) == 0) {
+    // Read where they were received, as the dense path does.
+    gradient->grads = absl::MakeConstSpan(
+        reinterpret_cast<const float*>(mine->rows.data()), floats);
+  } else {
+    gradient->widened.resize(floats);
+    if (absl::Status s = WidenToFloat(WireDType(mine->dtype), mine->rows,
+                                      absl::MakeSpan(gradient->widened));
+        !s.ok()) {
+      return refuse(
+          absl::InvalidArgumentError(absl::StrCat(at, ": ", s.message())));
+    }
+    gradient->grads = gradient->widened;
   }
-  if (!allow_nonfinite_) {
+  if (!allow_nonfinite_ && !AllFinite(gradient->grads)) {
     for (size_t i = 0; i < gradient->grads.size(); ++i) {
       if (!std::isfinite(gradient->grads[i])) {
         const size_t row = i / spec_.dim();
