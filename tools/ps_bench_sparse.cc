@@ -37,8 +37,9 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One worker's state: its client and the buffers of two batches (the
-// step's and the next one's), swapped every step.
+// One worker's state: its client and the buffers of three batches (the
+// step's, the next one's, whose rows the step pulls, and the one after,
+// drawn while the step's calls are in flight), rotated every step.
 class SparseWorker {
  public:
   SparseWorker(const SparseBenchOptions& o, ZipfKeyBatches keys,
@@ -46,11 +47,11 @@ class SparseWorker {
       : o_(o), keys_(std::move(keys)), client_(std::move(client)) {
     salt_ = TableSalt(kTable);
     NextBatch(&now_);
+    NextBatch(&next_);
     grads_.assign(static_cast<size_t>(o.batch) * o.dim, 1e-3f);
   }
 
   absl::Status Step(int64_t clock) {
-    NextBatch(&next_);
     next_rows_.resize(next_.keys.size() * o_.dim);
     std::vector<client::SparsePush> push = {
         {0, now_.keys,
@@ -61,21 +62,28 @@ class SparseWorker {
     // of steps, which these workers do not send, so the clock would be
     // ahead of the shard's version.
     constexpr int64_t kBase = client::ParameterClient::kPulledVersion;
+    // The batch after next is drawn while the step's first call is in
+    // flight, as a worker's data loader runs ahead of its step (the key
+    // stream's generator is the benchmark's, not the parameter server's,
+    // work; ps_lite_sparse_bench draws at the same point).
     if (o_.fused) {
       client::ParameterClient::StepTickets t = client_->PushRowsAndPull(
           std::move(push), clock, kBase, clock + 1, 0, std::move(pull));
+      NextBatch(&after_);
       absl::Status s = t.end.Wait(kStepTimeout);
       absl::Status p = t.pull.Wait(kStepTimeout);
       if (!s.ok()) return s;
       if (!p.ok()) return p;
     } else {
-      absl::Status s =
-          client_->PushRows(std::move(push), clock, kBase).Wait(kStepTimeout);
+      client::Ticket pushed = client_->PushRows(std::move(push), clock, kBase);
+      NextBatch(&after_);
+      absl::Status s = pushed.Wait(kStepTimeout);
       if (!s.ok()) return s;
       s = client_->PullRows(clock + 1, 0, std::move(pull)).Wait(kStepTimeout);
       if (!s.ok()) return s;
     }
     std::swap(now_, next_);
+    std::swap(next_, after_);
     return absl::OkStatus();
   }
 
@@ -94,7 +102,7 @@ class SparseWorker {
   uint64_t salt_ = 0;
   client::KeyDeduplicator dedup_;
   std::vector<uint64_t> drawn_;
-  client::UniqueKeys now_, next_;
+  client::UniqueKeys now_, next_, after_;
   std::vector<float> grads_, next_rows_;
 };
 

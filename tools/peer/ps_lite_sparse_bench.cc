@@ -5,10 +5,10 @@
 // as ps_bench's worker r + 1. ps-lite slices a push by key range, so each
 // key is sent as its 64-bit hash (Mix64, a bijection) and a batch is sorted
 // first, as a ps-lite user must. A step pushes a gradient for every row of
-// the batch, waits, pulls the next batch's rows and waits (ps_bench's
-// --fused=false). The server keeps rows in a hash map (key -> offset in
-// one growing array), adds each pushed row into its row (a new key starts
-// at zeros) and answers a pull with copies of the rows.
+// the batch, draws the batch after next, waits, pulls the next batch's rows
+// and waits (ps_bench's --fused=false). The server keeps rows in a hash map
+// (key -> offset in one growing array), adds each pushed row into its row (a
+// new key starts at zeros) and answers a pull with copies of the rows.
 //
 // Environment (besides ps-lite's DMLC_*): BENCH_DIM (floats per row),
 // BENCH_BATCH (unique keys per step, default 4096), BENCH_KEY_SPACE
@@ -119,13 +119,19 @@ void RunWorker() {
                   0x5eed0000 + static_cast<uint64_t>(MyRank()) + 1);
   KVWorker<float> kv(0, 0);
   SArray<Key> now = batches.Next();
+  SArray<Key> next = batches.Next();
   SArray<float> grads(static_cast<size_t>(batch) * dim, 1e-3f);
+  // The batch after next is drawn while the push is in flight, as ps_bench
+  // draws it while its step's call is (the key stream's generator is the
+  // benchmark's work, not the parameter server's).
   auto step = [&] {
-    SArray<Key> next = batches.Next();
-    kv.Wait(kv.ZPush(now, grads));
+    const int pushed = kv.ZPush(now, grads);
+    SArray<Key> after = batches.Next();
+    kv.Wait(pushed);
     SArray<float> rows;
     kv.Wait(kv.ZPull(next, &rows));
     now = next;
+    next = after;
   };
   step();                                       // warm-up
   Postoffice::Get()->Barrier(0, kWorkerGroup);  // measure together
