@@ -8,6 +8,9 @@ namespace ps::server {
 namespace {
 
 constexpr size_t kSmallPage = 4096;
+// Linux 6.1's MADV_COLLAPSE, which glibc 2.36's <sys/mman.h> lacks (older
+// kernels answer EINVAL).
+constexpr int kMadvCollapse = 25;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -21,9 +24,7 @@ void* AllocateHugePages(size_t bytes) {
 }
 
 void CollapseToHugePages(void* p, size_t bytes) {
-#ifdef MADV_COLLAPSE
-  if (madvise(p, bytes, MADV_COLLAPSE) == 0) return;
-#endif
+  if (madvise(p, bytes, kMadvCollapse) == 0) return;
   (void)madvise(p, bytes, MADV_HUGEPAGE);
 }
 

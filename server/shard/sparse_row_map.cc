@@ -56,9 +56,9 @@ struct SparseRowMap::Stripe {
                       std::equal_to<uint64_t>,
                       HugePageAllocator<std::pair<const uint64_t, uint32_t>>>
       index ABSL_GUARDED_BY(mu);
-  // Record pages: the first 2 MiB of them allocated one by one, the next
-  // carved out of 2 MiB blocks, each moved onto a huge page once full
-  // (huge_pages.h).
+  // Record pages, carved out of 2 MiB blocks, each moved onto a huge page
+  // once full (huge_pages.h); allocated one by one only where a block
+  // could not be mapped or holds one page.
   std::vector<char*> pages ABSL_GUARDED_BY(mu);
   std::vector<std::unique_ptr<char[]>> small_pages ABSL_GUARDED_BY(mu);
   std::vector<std::unique_ptr<char, FreeBlock>> blocks ABSL_GUARDED_BY(mu);
@@ -343,10 +343,10 @@ uint32_t SparseRowMap::NewRow(Stripe& st, uint64_t key,
 void SparseRowMap::AddPage(Stripe& st) {
   const size_t page_bytes = records_per_page_ * record_bytes_;
   const size_t pages_per_block = kHugePageBytes / page_bytes;
-  // A block is on ordinary pages until its last page is handed out, then
-  // moved onto a huge page: a huge page is resident whole, so a block in
-  // use costs no more memory than the small pages it replaces.
-  if (pages_per_block > 1 && st.pages.size() >= pages_per_block) {
+  // A block is on ordinary pages, resident as they are touched, until its
+  // last page is handed out, then moved onto a huge page (resident whole,
+  // but by then in use whole): blocks cost no more memory than small pages.
+  if (pages_per_block > 1) {
     if (st.block_pages_left == 0) {
       char* block = static_cast<char*>(AllocateAlignedPages(kHugePageBytes));
       if (block != nullptr) {

@@ -8,12 +8,12 @@
 // plus a control byte, at a load of 7/16 to 7/8) and pages of 64 KiB of
 // records of 24 + 4 x dim x (1 + num_slots) bytes; freed records are reused.
 // So a row costs its weights and slots, 24 bytes of header and about 20-40
-// bytes of index (sparse_table_benchmark measures it at 10^6 rows). Past
-// 2 MiB a stripe's index and record pages are on huge pages where the
-// kernel allows (huge_pages.h: a random row visit would otherwise miss the
-// TLB too): the index's array from its allocation (it is touched all over
-// as it fills), the records in 2 MiB blocks moved onto a huge page once
-// every page of the block is in use, so this costs no memory.
+// bytes of index (sparse_table_benchmark measures it at 10^6 rows). The
+// index's array (once 2 MiB or more: it is touched all over as it fills)
+// and the records are on huge pages where the kernel allows (huge_pages.h:
+// a random row visit would otherwise miss the TLB too). Records come in
+// 2 MiB blocks, each moved onto a huge page once all its pages are in use,
+// so this costs no memory.
 //
 // Capacity and eviction (SparseTableSpec): with NONE and TTL a table-wide
 // count holds the rows plus the rows that calls in flight have reserved, so
