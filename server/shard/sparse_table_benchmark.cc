@@ -8,12 +8,17 @@
 //   pull     pulls of the same batches, rows/s.
 // Both with the benchmark thread's CPU time per row (the figure to compare
 // on a shared machine). For dim 16 and 64, SGD and Adam (two slots).
+//   --spread: instead, SGD at dims 16 and 64 on a table of 4 x 10^6 rows
+//            whose push and pull batches are 4096 keys drawn uniformly from
+//            those rows (every visit a random access over the whole table,
+//            as the end-to-end benchmark's growing Zipf tail makes them),
+//            about 1.3 GB at dim 64.
 //   bsp      BSP steps of 4 workers, each pushing its own batch (end of
 //            step); the step closes at the last push and applies every
 //            key's sum: the wall time per step and the close's own, with
 //            the shard's default apply threads.
 //
-//   bazel run -c opt //server/shard:sparse_table_benchmark
+//   bazel run -c opt //server/shard:sparse_table_benchmark [-- --spread]
 #include <time.h>
 #include <unistd.h>
 
@@ -28,11 +33,17 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/payload_codec.h"
 #include "proto/config.pb.h"
 #include "server/shard/shard_store.h"
+
+ABSL_FLAG(bool, spread, false,
+          "SGD on a table of 4 x 10^6 rows with batches drawn uniformly from "
+          "its rows, instead of the default cases.");
 
 namespace ps::server {
 namespace {
@@ -165,7 +176,26 @@ void RunBsp(int dim, OptimizerSpec::Kind kind,
       absl::ToDoubleMilliseconds(close) / steps);
 }
 
-void Run(int dim, OptimizerSpec::Kind kind) {
+// Batches of `batch` distinct keys drawn uniformly from the first `rows`
+// keys of Run's table (key j is j x the golden ratio's 2^64).
+std::vector<std::vector<uint64_t>> SpreadBatches(int batches, int batch,
+                                                 int64_t rows) {
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<uint64_t>> out(batches);
+  for (auto& keys : out) {
+    absl::flat_hash_set<uint64_t> seen;
+    while (static_cast<int>(keys.size()) < batch) {
+      const uint64_t k =
+          (rng() % static_cast<uint64_t>(rows)) * 0x9E3779B97F4A7C15ull;
+      if (seen.insert(k).second) keys.push_back(k);
+    }
+  }
+  return out;
+}
+
+// `rows` rows created by pulls, then push and pull rows/s: on Zipf batches,
+// or with `spread` on batches drawn uniformly from those rows.
+void Run(int dim, OptimizerSpec::Kind kind, int64_t rows_created, bool spread) {
   ShardStoreOptions options;
   auto store = *ShardStore::Create(options);
   SetupJobRequest setup;
@@ -183,8 +213,8 @@ void Run(int dim, OptimizerSpec::Kind kind) {
   auto no_chunks = [](const Chunk&, absl::Span<const float>,
                       const WeightsRef&) {};
 
-  // Memory: 10^6 rows created by pulls of 4096 keys.
-  constexpr int64_t kRows = 1000000;
+  // Memory: the rows created by pulls of 4096 keys.
+  const int64_t kRows = rows_created;
   const int64_t rss_before = RssBytes();
   std::vector<uint64_t> keys;
   for (int64_t k = 0; k < kRows; k += 4096) {
@@ -206,8 +236,9 @@ void Run(int dim, OptimizerSpec::Kind kind) {
   const double counted =
       static_cast<double>(status.sparse_tables(0).bytes()) / kRows;
 
-  // Push and pull rows/s on Zipf batches of 4096 keys.
-  const auto batches = ZipfBatches(64, 4096, 10000000, 1.05);
+  // Push and pull rows/s on batches of 4096 keys.
+  const auto batches = spread ? SpreadBatches(64, 4096, kRows)
+                              : ZipfBatches(64, 4096, 10000000, 1.05);
   std::vector<float> grads(4096 * dim, 0.001f);
   const absl::string_view grad_bytes(reinterpret_cast<char*>(grads.data()),
                                      grads.size() * sizeof(float));
@@ -263,10 +294,17 @@ void Run(int dim, OptimizerSpec::Kind kind) {
 }  // namespace
 }  // namespace ps::server
 
-int main() {
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_spread)) {
+    for (int dim : {16, 64}) {
+      ps::server::Run(dim, ps::OptimizerSpec::SGD, 4000000, /*spread=*/true);
+    }
+    return 0;
+  }
   for (int dim : {16, 64}) {
     for (auto kind : {ps::OptimizerSpec::SGD, ps::OptimizerSpec::ADAM}) {
-      ps::server::Run(dim, kind);
+      ps::server::Run(dim, kind, 1000000, /*spread=*/false);
     }
   }
   // After the memory figures: what BSP frees stays in the heap.
