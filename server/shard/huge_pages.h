@@ -10,13 +10,18 @@
 // (a common default) or `always` backs it with huge pages when it has them,
 // `never` with ordinary pages; either way the contents are the same.
 //
-// Thread safety: the functions are thread-safe; an allocator is stateless.
+// Thread safety: the functions and HugePagePool are thread-safe; an
+// allocator is stateless.
 #ifndef PS_SERVER_SHARD_HUGE_PAGES_H_
 #define PS_SERVER_SHARD_HUGE_PAGES_H_
 
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ps::server {
 
@@ -26,17 +31,39 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 // advised for huge pages (madvise MADV_HUGEPAGE: each 2 MiB is resident
 // whole from its first touch); nullptr when mmap fails.
 void* AllocateHugePages(size_t bytes);
-// The same, not advised: ordinary pages, resident as they are touched,
-// until CollapseToHugePages.
-void* AllocateAlignedPages(size_t bytes);
-// Moves [p, p + bytes) (2 MiB aligned, from AllocateAlignedPages) onto huge
-// pages now (MADV_COLLAPSE: a copy, about as long as a memcpy of `bytes`),
-// or where the kernel lacks that (before Linux 6.1), advises it so that
-// the kernel's background collapse may.
-void CollapseToHugePages(void* p, size_t bytes);
-// Frees what AllocateHugePages(bytes) or AllocateAlignedPages(bytes)
-// returned (the same `bytes`).
+// Frees what AllocateHugePages(bytes) returned (the same `bytes`).
 void FreeHugePages(void* p, size_t bytes);
+
+// Pages of `page_bytes` each, kept until Clear or the pool's end: the
+// first ones, up to `small_bytes` in all, allocated one by one (a small
+// table stays small), the next carved out of 2 MiB blocks from
+// AllocateHugePages shared by every caller, so that at most one block is
+// partly in use (a block is resident whole once touched). Thread-safe.
+class HugePagePool {
+ public:
+  HugePagePool(size_t page_bytes, size_t small_bytes);
+  ~HugePagePool();
+  HugePagePool(const HugePagePool&) = delete;
+  HugePagePool& operator=(const HugePagePool&) = delete;
+
+  // A new page (uninitialised), or from the heap where a block cannot be
+  // mapped.
+  char* NewPage();
+  // Frees every page; none may be in use.
+  void Clear();
+
+ private:
+  struct FreeBlock {
+    void operator()(char* p) const { FreeHugePages(p, kHugePageBytes); }
+  };
+  const size_t page_bytes_;
+  const size_t pages_per_block_;
+  const size_t max_small_pages_;
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<char[]>> small_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<char, FreeBlock>> blocks_ ABSL_GUARDED_BY(mu_);
+  size_t block_pages_left_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 // A std::allocator that takes allocations of at least kHugePageBytes from
 // AllocateHugePages (smaller ones as std::allocator does): for hash maps

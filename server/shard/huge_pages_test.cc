@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -24,22 +25,27 @@ TEST(HugePages, AlignedZeroedAndWritable) {
   }
 }
 
-TEST(HugePages, CollapseKeepsTheContents) {
-  char* p = static_cast<char*>(AllocateAlignedPages(kHugePageBytes));
-  ASSERT_NE(p, nullptr);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePageBytes, 0u);
-  // Part written (the rest never touched), then collapsed.
-  for (size_t i = 0; i < kHugePageBytes / 2; ++i) p[i] = static_cast<char>(i);
-  CollapseToHugePages(p, kHugePageBytes);
-  size_t wrong = 0;
-  for (size_t i = 0; i < kHugePageBytes / 2; ++i) {
-    wrong += p[i] != static_cast<char>(i);
+TEST(HugePagePool, SmallPagesFirstThenBlocksSharedByEveryCaller) {
+  constexpr size_t kPage = 64 << 10;
+  HugePagePool pool(kPage, 4 * kPage);
+  std::vector<char*> pages;
+  for (int i = 0; i < 4 + 40; ++i) {
+    char* p = pool.NewPage();
+    ASSERT_NE(p, nullptr);
+    std::memset(p, i, kPage);  // each page its own memory
+    pages.push_back(p);
   }
-  for (size_t i = kHugePageBytes / 2; i < kHugePageBytes; ++i) {
-    wrong += p[i] != 0;
+  // The fifth page starts a block; the next 31 follow it in that block,
+  // the 37th starts another.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pages[4]) % kHugePageBytes, 0u);
+  for (int i = 5; i < 36; ++i) EXPECT_EQ(pages[i], pages[i - 1] + kPage) << i;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pages[36]) % kHugePageBytes, 0u);
+  for (int i = 0; i < 44; ++i) {
+    EXPECT_EQ(pages[i][0], static_cast<char>(i));
+    EXPECT_EQ(pages[i][kPage - 1], static_cast<char>(i));
   }
-  EXPECT_EQ(wrong, 0u);
-  FreeHugePages(p, kHugePageBytes);
+  pool.Clear();
+  EXPECT_NE(pool.NewPage(), nullptr);
 }
 
 TEST(HugePages, AllocatorBacksAHashMapThatGrowsPastAHugePage) {

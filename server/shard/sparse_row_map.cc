@@ -47,22 +47,14 @@ bool UsesRecency(const SparseRowMapOptions& o) {
 }  // namespace
 
 struct SparseRowMap::Stripe {
-  struct FreeBlock {
-    void operator()(char* p) const { FreeHugePages(p, kHugePageBytes); }
-  };
   mutable absl::Mutex mu;
   // (Past 2 MiB its slots are on huge pages: huge_pages.h.)
   absl::flat_hash_map<uint64_t, uint32_t, absl::Hash<uint64_t>,
                       std::equal_to<uint64_t>,
                       HugePageAllocator<std::pair<const uint64_t, uint32_t>>>
       index ABSL_GUARDED_BY(mu);
-  // Record pages, carved out of 2 MiB blocks, each moved onto a huge page
-  // once full (huge_pages.h); allocated one by one only where a block
-  // could not be mapped or holds one page.
+  // Record pages, from the map's pool.
   std::vector<char*> pages ABSL_GUARDED_BY(mu);
-  std::vector<std::unique_ptr<char[]>> small_pages ABSL_GUARDED_BY(mu);
-  std::vector<std::unique_ptr<char, FreeBlock>> blocks ABSL_GUARDED_BY(mu);
-  uint32_t block_pages_left ABSL_GUARDED_BY(mu) = 0;
   uint32_t next_record ABSL_GUARDED_BY(mu) = 0;  // never handed out above
   std::vector<uint32_t> free ABSL_GUARDED_BY(mu);
   // Recency list (LRU, TTL): most recent at head.
@@ -101,6 +93,8 @@ SparseRowMap::SparseRowMap(const SparseRowMapOptions& options)
           options.eviction == SparseTableSpec::LRU && options.capacity > 0
               ? (options.capacity + (1 << stripe_bits_) - 1) >> stripe_bits_
               : 0),
+      // Pages from shared huge-page blocks once the table holds 2 MiB.
+      page_pool_(records_per_page_ * record_bytes_, kHugePageBytes),
       stripes_(new Stripe[size_t{1} << stripe_bits_]) {}
 
 SparseRowMap::~SparseRowMap() = default;
@@ -329,7 +323,9 @@ uint32_t SparseRowMap::NewRow(Stripe& st, uint64_t key,
     st.free.pop_back();
   } else {
     r = st.next_record++;
-    if (r / records_per_page_ >= st.pages.size()) AddPage(st);
+    if (r / records_per_page_ >= st.pages.size()) {
+      st.pages.push_back(page_pool_.NewPage());
+    }
   }
   st.index.emplace(key, r);
   ++st.rows;
@@ -338,33 +334,6 @@ uint32_t SparseRowMap::NewRow(Stripe& st, uint64_t key,
   *m = RowMeta{};
   m->key = key;
   return r;
-}
-
-void SparseRowMap::AddPage(Stripe& st) {
-  const size_t page_bytes = records_per_page_ * record_bytes_;
-  const size_t pages_per_block = kHugePageBytes / page_bytes;
-  // A block is on ordinary pages, resident as they are touched, until its
-  // last page is handed out, then moved onto a huge page (resident whole,
-  // but by then in use whole): blocks cost no more memory than small pages.
-  if (pages_per_block > 1) {
-    if (st.block_pages_left == 0) {
-      char* block = static_cast<char*>(AllocateAlignedPages(kHugePageBytes));
-      if (block != nullptr) {
-        st.blocks.emplace_back(block);
-        st.block_pages_left = static_cast<uint32_t>(pages_per_block);
-      }
-    }
-    if (st.block_pages_left > 0) {
-      st.pages.push_back(st.blocks.back().get() +
-                         (pages_per_block - st.block_pages_left) * page_bytes);
-      if (--st.block_pages_left == 0) {
-        CollapseToHugePages(st.blocks.back().get(), kHugePageBytes);
-      }
-      return;
-    }
-  }
-  st.small_pages.emplace_back(new char[page_bytes]);
-  st.pages.push_back(st.small_pages.back().get());
 }
 
 void SparseRowMap::PrefetchRecord(const Stripe& st, uint32_t r) const {
@@ -413,14 +382,12 @@ void SparseRowMap::Clear() {
     }
     st.index.clear();
     st.pages.clear();
-    st.small_pages.clear();
-    st.blocks.clear();
-    st.block_pages_left = 0;
     st.free.clear();
     st.next_record = 0;
     st.head = st.tail = kNone;
     st.rows = 0;
   }
+  page_pool_.Clear();
 }
 
 int64_t SparseRowMap::bytes() const {

@@ -10,10 +10,11 @@
 // So a row costs its weights and slots, 24 bytes of header and about 20-40
 // bytes of index (sparse_table_benchmark measures it at 10^6 rows). The
 // index's array (once 2 MiB or more: it is touched all over as it fills)
-// and the records are on huge pages where the kernel allows (huge_pages.h:
-// a random row visit would otherwise miss the TLB too). Records come in
-// 2 MiB blocks, each moved onto a huge page once all its pages are in use,
-// so this costs no memory.
+// and the record pages past a table's first 2 MiB are on huge pages where
+// the kernel allows (huge_pages.h: a random row visit would otherwise miss
+// the TLB too). The stripes share the 2 MiB blocks their pages come from,
+// so at most one block per table is partly used (up to 2 MiB resident
+// ahead of its rows).
 //
 // Capacity and eviction (SparseTableSpec): with NONE and TTL a table-wide
 // count holds the rows plus the rows that calls in flight have reserved, so
@@ -49,6 +50,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/config.pb.h"
+#include "server/shard/huge_pages.h"
 
 namespace ps::server {
 
@@ -153,7 +155,7 @@ class SparseRowMap {
   // (RESOURCE_EXHAUSTED at capacity, an LRU eviction).
   absl::Status Put(const RowMeta& meta, absl::Span<const float> values);
 
-  // Removes every row.
+  // Removes every row. No other call may run meanwhile (a restore).
   void Clear();
 
   int64_t rows() const { return rows_.load(std::memory_order_relaxed); }
@@ -184,8 +186,6 @@ class SparseRowMap {
   // the stripe's least recently touched row at its capacity; NONE/TTL: out
   // of `reservation` when it has rows left), its header set, its values not.
   uint32_t NewRow(Stripe& st, uint64_t key, Reservation* reservation);
-  // Appends a record page to `st`.
-  void AddPage(Stripe& st);
   // Reserves `n` more rows against the capacity, or fails.
   absl::Status ReserveRows(int64_t n);
   // TTL: removes stripe `st`'s rows untouched since version - ttl_versions.
@@ -201,6 +201,7 @@ class SparseRowMap {
   const int stripe_bits_;
   // LRU: rows per stripe; 0: unbounded or a table-wide count.
   const int64_t stripe_capacity_;
+  HugePagePool page_pool_;  // record pages of every stripe
   std::unique_ptr<Stripe[]> stripes_;
   // Rows held, and NONE/TTL: rows held plus rows reserved by calls in
   // flight (the capacity's count).

@@ -147,9 +147,9 @@ TEST(SparseRowMap, PutAndClear) {
 }
 
 TEST(SparseRowMap, StripePastTwoMiBKeepsEveryRow) {
-  // One stripe (LRU below 2048 rows) of 8 KiB records: past 2 MiB its pages
-  // come from huge-page blocks; rows on both kinds keep their values, and
-  // evictions reuse records across them.
+  // One stripe (LRU below 2048 rows) of 8 KiB records: past the table's
+  // first 2 MiB its pages come from huge-page blocks; rows on both kinds
+  // keep their values, and evictions reuse records across them.
   SparseRowMapOptions o = Options(2000, SparseTableSpec::LRU);
   o.dim = 512;
   o.num_slots = 3;
