@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Where a sparse step's CPU goes, end to end (docs/performance.md, "Sparse
 # tables end to end"): SHARDS fresh ps_server processes and `ps_bench
-# --mode=sparse` with WORKERS worker processes at DIM; after the workers
-# have warmed up, `perf record -a -g` for 4 seconds and each process's CPU
-# time from /proc over the same window; then split_sparse_profile.py gives
+# --mode=sparse` with WORKERS worker processes at DIM (a 10-second case);
+# after the workers have warmed up, `perf record -a -g` for 3 seconds and
+# each process's CPU time from /proc over the same window; then split_sparse_profile.py gives
 # each side's CPU per row (rows counted once per step, as ps_bench does)
 # and its samples by category (worker: key drawing, unique keys, codec,
 # gRPC, kernel; shard: gRPC, decode, ForRows lookup, optimizer, answer
@@ -37,7 +37,7 @@ for ((i = 0; i < SHARDS; i++)); do
 done
 "$PS_BENCH" --mode=sparse --servers="$(IFS=,; echo "${addrs[*]}")" \
   --token_file="$OUT/token" --sparse_dims="$DIM" --workers="$WORKERS" \
-  --worker_processes --seconds_per_case=8 --out="$OUT/bench.md" >"$OUT/bench.log" 2>&1 &
+  --worker_processes --seconds_per_case=10 --out="$OUT/bench.md" >"$OUT/bench.log" 2>&1 &
 bench=$!
 sleep 3  # set-up and warm-up
 workers=$(pgrep -P "$bench" | tr '\n' ' ')
@@ -50,7 +50,7 @@ cpu() {
 }
 cpu >"$OUT/cpu_start"
 t0=$(date +%s.%N)
-perf record -a -g -o "$OUT/perf.data" -- sleep 4 >"$OUT/perf.log" 2>&1
+perf record -a -g -o "$OUT/perf.data" -- sleep 3 >"$OUT/perf.log" 2>&1
 t1=$(date +%s.%N)
 cpu >"$OUT/cpu_end"
 wait "$bench"
