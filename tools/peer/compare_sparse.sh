@@ -26,6 +26,9 @@ stop_servers() {
   pids=()
 }
 trap stop_servers EXIT
+# Starts $1 ps_server processes and sets `servers` to their addresses (not
+# in a command substitution: its subshell would keep the pids from
+# stop_servers, and the servers would outlive the script).
 start_servers() {
   local i addrs=()
   for ((i = 0; i < $1; i++)); do
@@ -38,12 +41,12 @@ start_servers() {
     for _ in $(seq 200); do [[ -s $OUT/port$i ]] && break; sleep 0.1; done
     addrs+=("127.0.0.1:$(tr -d '[:space:]' <"$OUT/port$i")")
   done
-  (IFS=,; echo "${addrs[*]}")
+  servers=$(IFS=,; echo "${addrs[*]}")
 }
 for ((r = 1; r <= ROUNDS; r++)); do
   for shards in $SHARDS_LIST; do
     for dim in $DIMS; do
-      servers=$(start_servers "$shards")
+      start_servers "$shards"
       "$PS_BENCH" --mode=sparse --servers="$servers" --token_file="$OUT/token" \
         --sparse_dims="$dim" --workers="${WORKERS// /,}" --worker_processes \
         --seconds_per_case="$SECONDS_PER_CASE" --out="$OUT/ours_r${r}_s${shards}_d$dim.md" \
