@@ -36,6 +36,13 @@ class LayerModel final : public TrainableModel {
       for (int64_t d : p.shape) p.size *= d;
       info_.push_back(std::move(p));
     }
+    layer_of_tensor_.assign(info_.size(), -1);
+    for (int i = 0; i < static_cast<int>(graph_.layers.size()); ++i) {
+      const GraphLayer& l = graph_.layers[i];
+      for (int t = 0; t < l.num_tensors; ++t) {
+        layer_of_tensor_[l.first_tensor + t] = i;
+      }
+    }
     for (const SparseTableRef& t : graph_.tables) {
       tables_.push_back({t.name, t.dim});
     }
@@ -54,6 +61,22 @@ class LayerModel final : public TrainableModel {
       PS_ASSIGN_OR_RETURN(std::unique_ptr<Layer> layer, MakeLayer(graph_, i));
       layers_.push_back(std::move(layer));
     }
+    // A layer's weight splits in row blocks where the layer can take them
+    // and reads only model inputs (the MLP's first layer): no input
+    // gradient reads the weight in backward, and the model keeps its
+    // numerics, block sums included, for every existing MLP config.
+    splits_rows_.assign(info_.size(), false);
+    for (int i = 0; i < static_cast<int>(graph_.layers.size()); ++i) {
+      const GraphLayer& l = graph_.layers[i];
+      bool model_inputs = true;
+      for (int node : l.inputs) {
+        model_inputs &= graph_.nodes[node].kind != NodeKind::kLayer;
+      }
+      if (layers_[i]->SplitsRows() && model_inputs && l.num_tensors > 0 &&
+          info_[l.first_tensor].shape.size() == 2) {
+        splits_rows_[l.first_tensor] = true;
+      }
+    }
     for (const ParameterInfo& p : info_) {
       for (std::vector<DeviceBuffer>* v : {&params_, &grads_}) {
         PS_ASSIGN_OR_RETURN(DeviceBuffer b,
@@ -68,7 +91,9 @@ class LayerModel final : public TrainableModel {
   const std::vector<ParameterInfo>& parameters() const override {
     return info_;
   }
-  bool SplitsRows(int) const override { return false; }
+  bool SplitsRows(int index) const override {
+    return Valid(index) && splits_rows_[index];
+  }
   DeviceSpan<float> parameter(int index) override {
     if (!Valid(index)) return {};
     return params_[index].Span<float>(info_[index].size);
@@ -137,7 +162,7 @@ class LayerModel final : public TrainableModel {
   absl::StatusOr<ModelEvaluation> EvaluateDataBatch(
       const data::Batch& batch) override {
     PS_RETURN_IF_ERROR(LoadData(batch));
-    PS_RETURN_IF_ERROR(Forward(batch.size, nullptr));
+    PS_RETURN_IF_ERROR(Forward(batch.size, nullptr, {}));
     return head_.Evaluate(*backend_, batch.size, HeadOutput(batch.size));
   }
 
@@ -155,7 +180,7 @@ class LayerModel final : public TrainableModel {
         count));
     PS_RETURN_IF_ERROR(head_.SetLabels(
         *backend_, absl::MakeConstSpan(data.labels).subspan(begin, count)));
-    PS_RETURN_IF_ERROR(Forward(count, nullptr));
+    PS_RETURN_IF_ERROR(Forward(count, nullptr, {}));
     return head_.Evaluate(*backend_, count, HeadOutput(count));
   }
 
@@ -190,12 +215,63 @@ class LayerModel final : public TrainableModel {
   }
   // Forward, the head's loss, backward.
   absl::StatusOr<float> Step(int64_t n, const ModelStepHooks& hooks) {
-    PS_RETURN_IF_ERROR(Forward(n, &hooks));
+    PS_ASSIGN_OR_RETURN(const std::vector<RowBlocks> blocks, BlocksOf(hooks));
+    PS_RETURN_IF_ERROR(Forward(n, &hooks, blocks));
     PS_RETURN_IF_ERROR(
         head_.Loss(*backend_, n, HeadOutput(n), Gradient(graph_.head_node, n)));
     if (hooks.before_backward) PS_RETURN_IF_ERROR(hooks.before_backward());
-    PS_RETURN_IF_ERROR(Backward(n, hooks));
+    PS_RETURN_IF_ERROR(Backward(n, hooks, blocks));
     return head_.LastLoss(*backend_);
+  }
+  // Per layer, the row blocks of its weight `hooks` ask for (rows empty:
+  // whole), announcing to the hooks by parameter index.
+  absl::StatusOr<std::vector<RowBlocks>> BlocksOf(
+      const ModelStepHooks& hooks) const {
+    std::vector<RowBlocks> blocks;
+    if (hooks.row_splits.size() > info_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row_splits names ", hooks.row_splits.size(),
+                       " parameters; the model has ", info_.size()));
+    }
+    for (int i = 0; i < static_cast<int>(hooks.row_splits.size()); ++i) {
+      const std::vector<int64_t>& splits = hooks.row_splits[i];
+      if (splits.empty()) continue;
+      if (!splits_rows_[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(info_[i].name, " does not split in row blocks"));
+      }
+      if (blocks.empty()) blocks.resize(graph_.layers.size());
+      const int li = layer_of_tensor_[i];
+      RowBlocks& b = blocks[li];
+      const int64_t rows = info_[i].shape[0];
+      b.rows = {0};
+      for (int64_t r : splits) {
+        if (r <= b.rows.back() || r >= rows) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "row splits of ", info_[i].name, " must ascend inside (0, ", rows,
+              "), got ", r, " after ", b.rows.back()));
+        }
+        b.rows.push_back(r);
+      }
+      b.rows.push_back(rows);
+      if (hooks.before_use) {
+        b.before_use = [&hooks, i](int t, int64_t begin, int64_t end) {
+          return hooks.before_use(i + t, begin, end);
+        };
+      }
+      if (hooks.on_gradient_part) {
+        b.on_gradient_part = [&hooks, i](int t, int64_t begin, int64_t end) {
+          hooks.on_gradient_part(i + t, begin, end);
+        };
+      }
+    }
+    return blocks;
+  }
+  // The row blocks of layer `li` in `blocks` (BlocksOf), or null.
+  static const RowBlocks* BlocksAt(const std::vector<RowBlocks>& blocks,
+                                   int li) {
+    if (blocks.empty() || blocks[li].rows.empty()) return nullptr;
+    return &blocks[li];
   }
   // A data reader's batch: its dense values, its labels, and (checked)
   // the sparse fields PrepareSparse loaded.
@@ -312,10 +388,11 @@ class LayerModel final : public TrainableModel {
     return Activation(graph_.head_node, batch);
   }
 
-  LayerIo IoOf(int li, int64_t batch) {
+  LayerIo IoOf(int li, int64_t batch, const RowBlocks* blocks) {
     const GraphLayer& layer = graph_.layers[li];
     LayerIo io;
     io.batch = batch;
+    io.row_blocks = blocks;
     for (int node : layer.inputs) io.inputs.push_back(Activation(node, batch));
     io.output = Activation(layer.node, batch);
     for (int t = 0; t < layer.num_tensors; ++t) {
@@ -324,30 +401,35 @@ class LayerModel final : public TrainableModel {
     return io;
   }
 
-  absl::Status Forward(int64_t batch, const ModelStepHooks* hooks) {
+  // A layer with row blocks announces its tensors' use itself.
+  absl::Status Forward(int64_t batch, const ModelStepHooks* hooks,
+                       const std::vector<RowBlocks>& blocks) {
     for (int li : graph_.order) {
       const GraphLayer& layer = graph_.layers[li];
-      if (hooks != nullptr && hooks->before_use) {
+      const RowBlocks* rb = BlocksAt(blocks, li);
+      if (hooks != nullptr && hooks->before_use && rb == nullptr) {
         for (int t = 0; t < layer.num_tensors; ++t) {
           const int index = layer.first_tensor + t;
           PS_RETURN_IF_ERROR(hooks->before_use(index, 0, info_[index].size));
         }
       }
-      PS_RETURN_IF_ERROR(layers_[li]->Forward(*backend_, IoOf(li, batch)));
+      PS_RETURN_IF_ERROR(layers_[li]->Forward(*backend_, IoOf(li, batch, rb)));
     }
     return absl::OkStatus();
   }
 
   // Runs the layers backwards. A node's gradient is written by the first
   // layer (in backward order) that reads it, and summed into by the rest
-  // through scratch.
-  absl::Status Backward(int64_t batch, const ModelStepHooks& hooks) {
+  // through scratch. A layer with row blocks announces its gradients itself.
+  absl::Status Backward(int64_t batch, const ModelStepHooks& hooks,
+                        const std::vector<RowBlocks>& blocks) {
     std::vector<bool> written(graph_.nodes.size(), false);
     written[graph_.head_node] = true;
     for (auto it = graph_.order.rbegin(); it != graph_.order.rend(); ++it) {
       const int li = *it;
       const GraphLayer& layer = graph_.layers[li];
-      const LayerIo io = IoOf(li, batch);
+      const RowBlocks* rb = BlocksAt(blocks, li);
+      const LayerIo io = IoOf(li, batch, rb);
       LayerGrads g;
       g.doutput = Gradient(layer.node, batch);
       std::vector<std::pair<int, int>> sums;  // (node, scratch)
@@ -375,7 +457,7 @@ class LayerModel final : public TrainableModel {
             1.0f, scratch_[s].Span<float>(batch * graph_.nodes[node].width()),
             Gradient(node, batch)));
       }
-      if (hooks.on_gradient_part) {
+      if (hooks.on_gradient_part && rb == nullptr) {
         for (int t = 0; t < layer.num_tensors; ++t) {
           const int index = layer.first_tensor + t;
           hooks.on_gradient_part(index, 0, info_[index].size);
@@ -392,8 +474,10 @@ class LayerModel final : public TrainableModel {
   Head head_;
   std::vector<SparseTableInfo> tables_;  // graph_.tables
   bool has_sparse_inputs_ = false;
-  int64_t prepared_size_ = -1;       // the batch PrepareSparse loaded
-  std::vector<ParameterInfo> info_;  // graph_.tensors
+  int64_t prepared_size_ = -1;        // the batch PrepareSparse loaded
+  std::vector<ParameterInfo> info_;   // graph_.tensors
+  std::vector<bool> splits_rows_;     // per parameter: SplitsRows
+  std::vector<int> layer_of_tensor_;  // per parameter: its layer
   std::vector<DeviceBuffer> params_;
   std::vector<DeviceBuffer> grads_;
   int max_inputs_ = 0;  // inputs of the layer with the most

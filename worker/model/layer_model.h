@@ -28,7 +28,15 @@ namespace ps::worker::model {
 //
 // Errors: INVALID_ARGUMENT for a model that does not resolve (every
 // problem, as ResolveModelGraph lists them) or whose inputs are not
-// `example_size` wide. No parameter splits in row blocks.
+// `example_size` wide.
+//
+// Row blocks (ModelStepHooks::row_splits): the weight of a Dense layer that
+// reads only model inputs (the MLP's first layer, fc0/weight) splits
+// (SplitsRows); forward uses it block by block as before_use announces
+// each block, then its bias, and backward hands its gradient out block by
+// block in the splits' order, then the bias's. Splits for any other
+// parameter, or splits that do not ascend inside (0, rows), are
+// INVALID_ARGUMENT.
 absl::StatusOr<std::unique_ptr<TrainableModel>> CreateLayerModel(
     const ModelSpec& spec, int64_t example_size, kernels::Backend* backend);
 

@@ -30,12 +30,6 @@ void SetRandomParameters(TrainableModel* m, uint64_t seed) {
   }
 }
 
-std::vector<float> GradientOf(TrainableModel* m, int i) {
-  std::vector<float> g(m->parameters()[i].size);
-  EXPECT_TRUE(m->GetGradientRange(i, 0, absl::MakeSpan(g)).ok());
-  return g;
-}
-
 // One SGD step on the model's own buffers: w -= lr * g.
 void Sgd(kernels::Backend* b, TrainableModel* m, float lr) {
   for (int i = 0; i < m->num_parameters(); ++i) {

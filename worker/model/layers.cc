@@ -55,17 +55,36 @@ absl::Status Grow(Backend& b, DeviceBuffer& buf, int64_t count) {
   return absl::OkStatus();
 }
 
-// y = act(x W + b): params {weight [in, units], bias [units]}.
+// y = act(x W + b): params {weight [in, units], bias [units]}. The weight
+// can be used in row blocks (RowBlocks).
 class DenseLayer final : public Layer {
  public:
   explicit DenseLayer(std::optional<kernels::Activation> act) : act_(act) {}
 
+  bool SplitsRows() const override { return true; }
+
   absl::Status Forward(Backend& b, const LayerIo& io) override {
     DeviceMatrix<float> y = AsMatrix(io.output, io.batch);
-    const int64_t in = io.inputs[0].size / io.batch;
-    PS_RETURN_IF_ERROR(b.Gemm(
-        Transpose::kNo, Transpose::kNo, 1.0f, AsMatrix(io.inputs[0], io.batch),
-        DeviceMatrix<const float>(io.params[0].data, in, y.cols), 0.0f, y));
+    DeviceMatrix<const float> x = AsMatrix(io.inputs[0], io.batch);
+    const RowBlocks* blocks = io.row_blocks;
+    if (blocks == nullptr) {
+      PS_RETURN_IF_ERROR(b.Gemm(Transpose::kNo, Transpose::kNo, 1.0f, x,
+                                Weight(io.params[0], 0, x.cols, y.cols), 0.0f,
+                                y));
+    } else {
+      // y = sum over the blocks of X[:, rows] W[rows, :], each block as
+      // soon as its weights are there.
+      const std::vector<int64_t>& rows = blocks->rows;
+      for (size_t k = 0; k + 1 < rows.size(); ++k) {
+        const int64_t r0 = rows[k], r1 = rows[k + 1];
+        PS_RETURN_IF_ERROR(Use(*blocks, 0, r0 * y.cols, r1 * y.cols));
+        PS_RETURN_IF_ERROR(b.Gemm(
+            Transpose::kNo, Transpose::kNo, 1.0f,
+            DeviceMatrix<const float>(x.data + r0, io.batch, r1 - r0, x.cols),
+            Weight(io.params[0], r0, r1, y.cols), k == 0 ? 0.0f : 1.0f, y));
+      }
+      PS_RETURN_IF_ERROR(Use(*blocks, 1, 0, io.params[1].size));
+    }
     PS_RETURN_IF_ERROR(b.BiasAdd(io.params[1], y));
     if (!act_) return absl::OkStatus();
     return b.ActivationForward(*act_, y.flat(), y.flat());
@@ -79,17 +98,59 @@ class DenseLayer final : public Layer {
     }
     DeviceMatrix<const float> dz = AsMatrix<const float>(g.doutput, io.batch);
     DeviceMatrix<const float> x = AsMatrix(io.inputs[0], io.batch);
-    PS_RETURN_IF_ERROR(
-        b.Gemm(Transpose::kYes, Transpose::kNo, 1.0f, x, dz, 0.0f,
-               DeviceMatrix<float>(g.dparams[0].data, x.cols, dz.cols)));
+    const RowBlocks* blocks = io.row_blocks;
+    if (blocks == nullptr) {
+      PS_RETURN_IF_ERROR(
+          b.Gemm(Transpose::kYes, Transpose::kNo, 1.0f, x, dz, 0.0f,
+                 DeviceMatrix<float>(g.dparams[0].data, x.cols, dz.cols)));
+      PS_RETURN_IF_ERROR(b.BiasGrad(dz, g.dparams[1]));
+      return InputGradient(b, io, g, dz);
+    }
+    // The input's gradient first: it is the step's last read of W, which
+    // the caller may overwrite once a block's gradient is handed out.
+    PS_RETURN_IF_ERROR(InputGradient(b, io, g, dz));
+    const std::vector<int64_t>& rows = blocks->rows;
+    for (size_t k = 0; k + 1 < rows.size(); ++k) {
+      const int64_t r0 = rows[k], r1 = rows[k + 1];
+      PS_RETURN_IF_ERROR(b.Gemm(
+          Transpose::kYes, Transpose::kNo, 1.0f,
+          DeviceMatrix<const float>(x.data + r0, io.batch, r1 - r0, x.cols), dz,
+          0.0f,
+          DeviceMatrix<float>(g.dparams[0].data + r0 * dz.cols, r1 - r0,
+                              dz.cols)));
+      Part(*blocks, 0, r0 * dz.cols, r1 * dz.cols);
+    }
     PS_RETURN_IF_ERROR(b.BiasGrad(dz, g.dparams[1]));
-    if (g.dinputs[0].data == nullptr) return absl::OkStatus();
-    return b.Gemm(Transpose::kNo, Transpose::kYes, 1.0f, dz,
-                  DeviceMatrix<const float>(io.params[0].data, x.cols, dz.cols),
-                  0.0f, AsMatrix(g.dinputs[0], io.batch));
+    Part(*blocks, 1, 0, g.dparams[1].size);
+    return absl::OkStatus();
   }
 
  private:
+  // Rows [r0, r1) of the weight [*, cols].
+  static DeviceMatrix<const float> Weight(DeviceSpan<const float> w, int64_t r0,
+                                          int64_t r1, int64_t cols) {
+    return DeviceMatrix<const float>(w.data + r0 * cols, r1 - r0, cols);
+  }
+  static absl::Status Use(const RowBlocks& blocks, int tensor, int64_t begin,
+                          int64_t end) {
+    if (!blocks.before_use) return absl::OkStatus();
+    return blocks.before_use(tensor, begin, end);
+  }
+  static void Part(const RowBlocks& blocks, int tensor, int64_t begin,
+                   int64_t end) {
+    if (blocks.on_gradient_part) blocks.on_gradient_part(tensor, begin, end);
+  }
+  // d(input) = dz W^T, where wanted.
+  static absl::Status InputGradient(Backend& b, const LayerIo& io,
+                                    const LayerGrads& g,
+                                    DeviceMatrix<const float> dz) {
+    if (g.dinputs[0].data == nullptr) return absl::OkStatus();
+    const int64_t in = io.inputs[0].size / io.batch;
+    return b.Gemm(Transpose::kNo, Transpose::kYes, 1.0f, dz,
+                  Weight(io.params[0], 0, in, dz.cols), 0.0f,
+                  AsMatrix(g.dinputs[0], io.batch));
+  }
+
   const std::optional<kernels::Activation> act_;
 };
 

@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "proto/config.pb.h"
 #include "worker/batch_prefetcher.h"
 #include "worker/dataset.h"
+#include "worker/trainable_model.h"
 
 namespace ps::worker::model {
 
@@ -25,6 +27,26 @@ Batch BatchOf(const Dataset& d, int64_t begin, int n);
 
 // `n` values in [-scale, scale) from `seed`.
 std::vector<float> RandomValues(int64_t n, float scale, uint64_t seed);
+
+// `images` [n, size] and `labels` [n] (classes below `classes`) as a
+// dataset.
+Dataset DatasetOf(std::vector<float> images, std::vector<int32_t> labels,
+                  int64_t size, int classes);
+
+// The MLP shorthand: sizes {input, hidden..., classes}, `act` after every
+// layer but the last.
+ModelSpec MlpOf(const std::vector<int64_t>& sizes, Activation act = RELU);
+
+// The MLP's weights from the seeded initialisers the parameter servers use
+// for the shorthand (He uniform for ReLU, Xavier uniform for tanh;
+// parameter i from seed + i), biases zero.
+void InitializeMlp(kernels::Backend* backend, TrainableModel* model,
+                   Activation act, uint64_t seed);
+
+// Parameter `index` of `model`, and its gradient, copied to the host.
+std::vector<float> ParameterOf(kernels::Backend* backend, TrainableModel* model,
+                               int index);
+std::vector<float> GradientOf(TrainableModel* model, int index);
 
 }  // namespace ps::worker::model
 
