@@ -5,7 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "proto/config.pb.h"
-#include "worker/model/mlp_model.h"
+#include "worker/model/layer_model.h"
 
 namespace ps::worker {
 
@@ -15,7 +15,7 @@ std::unique_ptr<TrainableModel> TinyModel(kernels::Backend* backend) {
   spec.mutable_mlp()->add_hidden(3);
   spec.mutable_mlp()->set_num_classes(2);
   absl::StatusOr<std::unique_ptr<TrainableModel>> model =
-      model::CreateMlpModel(spec, kTinyInput, backend);
+      model::CreateLayerModel(spec, kTinyInput, backend);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return nullptr;
   for (int i = 0; i < (*model)->num_parameters(); ++i) {

@@ -6,13 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
-#include "common/model_graph.h"
 #include "common/status.h"
 #include "worker/batch_prefetcher.h"
 #include "worker/data_trainer.h"
 #include "worker/evaluator.h"
 #include "worker/model/layer_model.h"
-#include "worker/model/mlp_model.h"
 #include "worker/plan_batches.h"
 #include "worker/step_pipeline.h"
 #include "worker/trainable_model.h"
@@ -171,13 +169,10 @@ absl::StatusOr<TrainResult> Train(
     return TrainOnStreamedData(a, backend, params, std::move(sink), stop,
                                options, std::move(current_plan));
   }
+  // Layer models and the MLP shorthand alike (expanded to Dense layers).
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<TrainableModel> model,
-      HasLayers(spec.model())
-          ? model::CreateLayerModel(spec.model(), train->example_size(),
-                                    backend)
-          : model::CreateMlpModel(spec.model(), train->example_size(),
-                                  backend));
+      model::CreateLayerModel(spec.model(), train->example_size(), backend));
   const int num_shards = std::max(1, a.num_data_shards());
   PS_ASSIGN_OR_RETURN(const StepBudget budget,
                       BudgetFor(spec, train->num_examples, num_shards));
