@@ -1,9 +1,9 @@
 // The model as the step pipeline (worker/step_pipeline.h) and the evaluator
 // (worker/evaluator.h) see it: dense parameter tensors to pull weights into
 // and push gradients from, a train step with hooks for overlapping the
-// transfers, and evaluation. Both models of the worker's model layer are
-// ones: the MLP of a job's MlpSpec (worker/model/mlp_model.h) and the layer
-// DAGs (worker/model/layer_model.h).
+// transfers, and evaluation. The worker's model layer has one: the layer
+// model (worker/model/layer_model.h), for layer DAGs and for the MLP of a
+// job's MlpSpec, which it expands to Dense layers.
 //
 // Sparse embedding tables: a model with tables (worker/model/layer_model.h)
 // trains on batches of the data readers (worker/data/batch.h), whose sparse
