@@ -46,8 +46,8 @@ absl::StatusOr<bool> IntakeMetrics(JobTable& table, Job& job,
                                    WriteBatch* writes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
 
-// The points GetMetrics returns, in time order: those named (all when none
-// is), and unless request.include_superseded, none of an incarnation at a
+// The points GetMetrics returns, in the order reported: those named (all when
+// none is), and unless request.include_superseded, none of an incarnation at a
 // step after the lowest restart step of the rollbacks that followed it
 // (those steps were computed again). Long series come thinned
 // (metric_series.h): a merged point goes by its mean step.

@@ -14,6 +14,7 @@ void MetricSeriesSet::Add(const MetricPoint& p) {
   std::vector<Point>& points =
       series_[Key(p.name(), p.member_id(), p.incarnation())];
   Point q;
+  q.seq = reported_;
   q.step = p.step();
   q.time_ms = p.time_ms();
   q.value = p.value();
@@ -38,6 +39,7 @@ MetricSeriesSet::Point MetricSeriesSet::Merge(const Point& a, const Point& b) {
   const double w = wa + wb;
   auto mean = [&](double x, double y) { return (x * wa + y * wb) / w; };
   Point m;
+  m.seq = std::min(a.seq, b.seq);
   m.merged = a.merged + b.merged;
   m.value = mean(a.value, b.value);
   m.epoch = mean(a.epoch, b.epoch);
@@ -111,6 +113,8 @@ std::vector<MetricPoint> MetricSeriesSet::Points(
     const std::function<bool(const MetricPoint&)>& keep) const {
   std::vector<MetricPoint> out;
   out.reserve(static_cast<size_t>(kept_));
+  std::vector<std::pair<int64_t, size_t>> order;  // (seq, index into out)
+  order.reserve(static_cast<size_t>(kept_));
   for (const auto& [key, points] : series_) {
     const auto& [name, member_id, incarnation] = key;
     for (const Point& q : points) {
@@ -128,14 +132,16 @@ std::vector<MetricPoint> MetricSeriesSet::Points(
         p.set_max_value(q.max_value);
       }
       if (keep && !keep(p)) continue;
+      order.emplace_back(q.seq, out.size());
       out.push_back(std::move(p));
     }
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const MetricPoint& a, const MetricPoint& b) {
-                     return a.time_ms() < b.time_ms();
-                   });
-  return out;
+  std::sort(order.begin(), order.end());
+  std::vector<MetricPoint> sorted;
+  sorted.reserve(out.size());
+  for (const auto& [seq, index] : order)
+    sorted.push_back(std::move(out[index]));
+  return sorted;
 }
 
 }  // namespace ps::coordinator

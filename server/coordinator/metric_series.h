@@ -30,8 +30,8 @@ namespace ps::coordinator {
 
 class MetricSeriesSet {
  public:
-  // The coordinator's default (--max_points_per_series): about 4.6 MB for
-  // a job of 2 workers reporting 10 metrics each (20 series of 56-byte
+  // The coordinator's default (--max_points_per_series): about 5.2 MB for
+  // a job of 2 workers reporting 10 metrics each (20 series of 64-byte
   // points), once every series is full.
   static constexpr int kDefaultMaxPointsPerSeries = 4096;
   // Smaller caps are raised to this (a first point, a merged part and a
@@ -44,8 +44,11 @@ class MetricSeriesSet {
   // Appends one point to its series (merging older ones past the cap).
   void Add(const MetricPoint& p);
 
-  // Every point kept that `keep` accepts (all when it is empty), in time
-  // order (time_ms; points of equal time in series order, then as added).
+  // Every point kept that `keep` accepts (all when it is empty), in the
+  // order they were added (a merged point where the first it stands for
+  // was). Not by time_ms: a worker's times start again at 0 when it
+  // restarts (a rollback, a rejoin), and readers take "the first report
+  // of each worker" and "the reports after the rollback" from the order.
   std::vector<MetricPoint> Points(
       const std::function<bool(const MetricPoint&)>& keep = {}) const;
 
@@ -61,6 +64,7 @@ class MetricSeriesSet {
  private:
   // A kept point without the series' name, member and incarnation.
   struct Point {
+    int64_t seq = 0;  // its place among the points added (the first's)
     int64_t step = 0;
     int64_t time_ms = 0;
     int64_t merged = 1;
