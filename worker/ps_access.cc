@@ -172,26 +172,20 @@ class PsAccess final : public ParameterAccess, public SparseRowAccess {
     } else if (!rows.empty()) {
       r.end = client_->PushRows(std::move(rows), clock, base_version);
     }
-    const bool pushed = !next.empty() || !rows.empty();
     PendingStepEnd dense =
         StartStepEnd(clock, base_version, std::move(grads), std::move(tensors));
-    return [this, r, pushed, clock, next = std::move(next),
+    // (Tickets not sent are done and OK.)
+    return [this, r, clock, next = std::move(next),
             dense = std::move(dense)]() -> absl::StatusOr<StepEnd> {
       absl::StatusOr<StepEnd> end = dense();
-      absl::Status push, pull;
-      if (pushed) {
-        push = Await(r.end, absl::StrCat("rows push at clock ", clock));
+      absl::Status push =
+          Await(r.end, absl::StrCat("rows push at clock ", clock));
+      // A push refused as too stale (counted by the shard) is no error.
+      if (!end.ok() || (!push.ok() && !absl::IsAborted(push))) {
+        (void)Await(r.pull, absl::StrCat("rows pull at clock ", clock + 1));
+        return !end.ok() ? end.status() : push;
       }
-      if (!next.empty()) {
-        pull = Await(r.pull, absl::StrCat("rows pull at clock ", clock + 1));
-      }
-      PS_RETURN_IF_ERROR(end.status());
-      // A push refused as too stale (counted by the shard) brought no rows.
-      if (!push.ok() && !absl::IsAborted(push)) return push;
-      if (!next.empty() && (absl::IsAborted(push) || absl::IsAborted(pull))) {
-        pull = PullRows(clock + 1, next).status();
-      }
-      PS_RETURN_IF_ERROR(pull);
+      PS_RETURN_IF_ERROR(AwaitRowPull({r.pull, next}, clock));
       return end;
     };
   }
@@ -422,15 +416,22 @@ class PsAccess final : public ParameterAccess, public SparseRowAccess {
   // Waits for the rows the step's pushes asked back; those of a push
   // refused as too stale (ABORTED) are pulled on their own.
   absl::Status AwaitRows(const Step& step) {
-    const std::string what =
-        absl::StrCat("rows pull at clock ", step.clock + 1);
     absl::Status first;
     for (const RowPull& r : step.row_pulls) {
-      absl::Status s = Await(r.ticket, what);
-      if (absl::IsAborted(s)) s = PullRows(step.clock + 1, r.keys).status();
+      absl::Status s = AwaitRowPull(r, step.clock);
       if (first.ok()) first = s;
     }
     return first;
+  }
+
+  // Waits for rows a push of step `clock` asked back; those of a push
+  // refused as too stale (ABORTED: a failed push fails its rows' pull) are
+  // pulled on their own.
+  absl::Status AwaitRowPull(const RowPull& r, int64_t clock) {
+    absl::Status s =
+        Await(r.ticket, absl::StrCat("rows pull at clock ", clock + 1));
+    if (absl::IsAborted(s)) s = PullRows(clock + 1, r.keys).status();
+    return s;
   }
 
   // Waits for a step's pushes and its end: the staleness the pushes saw.

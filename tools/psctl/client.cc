@@ -40,17 +40,30 @@ absl::StatusOr<Client> Client::Connect(const GlobalFlags& g) {
   return c;
 }
 
-absl::Status FetchJobData(Client& c, const std::string& job_id, JobData* out) {
+namespace {
+
+// The job's record and its metric points (`names`' only, all when empty).
+absl::Status FetchRecordAndPoints(Client& c, const std::string& job_id,
+                                  const std::vector<std::string>& names,
+                                  JobData* out) {
   GetJobRequest g;
   g.set_job_id(job_id);
   PS_RETURN_IF_ERROR(
       c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
   GetMetricsRequest m;
   m.set_job_id(job_id);
+  for (const std::string& name : names) m.add_names(name);
   GetMetricsResponse metrics;
   PS_RETURN_IF_ERROR(
       c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
   out->points.assign(metrics.points().begin(), metrics.points().end());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FetchJobData(Client& c, const std::string& job_id, JobData* out) {
+  PS_RETURN_IF_ERROR(FetchRecordAndPoints(c, job_id, {}, out));
   GetEventsRequest e;
   e.set_job_id(job_id);
   GetEventsResponse events;
@@ -61,20 +74,11 @@ absl::Status FetchJobData(Client& c, const std::string& job_id, JobData* out) {
 
 absl::Status FetchJobMetrics(Client& c, const std::string& job_id,
                              JobData* out) {
-  GetJobRequest g;
-  g.set_job_id(job_id);
-  PS_RETURN_IF_ERROR(
-      c.Call(&CoordinatorService::Stub::GetJob, g, &out->record));
-  GetMetricsRequest m;
-  m.set_job_id(job_id);
+  std::vector<std::string> names;
   for (const TestMetricInfo& metric : TestMetrics()) {
-    m.add_names(std::string(metric.point_name));
+    names.emplace_back(metric.point_name);
   }
-  GetMetricsResponse metrics;
-  PS_RETURN_IF_ERROR(
-      c.Call(&CoordinatorService::Stub::GetMetrics, m, &metrics));
-  out->points.assign(metrics.points().begin(), metrics.points().end());
-  return absl::OkStatus();
+  return FetchRecordAndPoints(c, job_id, names, out);
 }
 
 absl::StatusOr<std::vector<LiveMetric>> FetchLiveMetrics(
