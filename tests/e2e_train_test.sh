@@ -21,7 +21,7 @@ for mode in BSP ASP ASP-overlap SSP; do
   [[ $mode == SSP ]] && extra="staleness: 2"
   [[ $mode != BSP ]] && lr=0.025   # pushes applied one by one, not averaged
   # Overlap makes every gradient one more step stale: with momentum 0.9 it
-  # trains erratically (docs/performance.md); the setting of
+  # trains erratically (docs/performance/sync-vs-async.md); the setting of
   # configs/fashion_mnist_asp_overlap.pbtxt, half the momentum at twice the
   # rate, does not.
   [[ $mode == ASP-overlap ]] &&

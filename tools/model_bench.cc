@@ -6,7 +6,7 @@
 // set after each epoch. One step here is one BSP step of the job: a batch of
 // data.batch_size x num_workers examples (the mean of the workers'
 // gradients, as a BSP shard applies it), so the schedule's step counts
-// agree. For the CNN's speed against PyTorch (docs/performance.md) and for
+// agree. For the CNN's speed against PyTorch (docs/performance/cnn.md) and for
 // quick checks of a model and optimizer before a cluster run; cluster runs
 // are what the configs' targets name.
 //

@@ -5,7 +5,7 @@
 // every row of the step's batch and pulls the rows of the next one: fused,
 // the next batch's keys ride on the push (PushRowsAndPull: one round trip
 // per shard); unfused, a push, a wait, a pull and a wait (as the ps-lite
-// reference of docs/performance.md measures).
+// reference of docs/performance/sparse-tables.md measures).
 //
 // Counted per step: `batch` rows pushed and `batch` pulled (rows/s counts
 // each row once per step, push+pull), and bytes in both directions: the

@@ -59,7 +59,7 @@ std::unique_ptr<ParameterAccess> NewPsAccess(
 // next step computes, so what counts is the CPU they cost, and one message
 // on one connection wakes fewer threads (tools/train_bench against a
 // ps_server process, batch 128: 0.73 / 0.77 of the compute-only loop
-// against 0.62 / 0.61 with two; docs/performance.md).
+// against 0.62 / 0.61 with two; docs/performance/train-bench.md).
 int ConnectionsPerShard(const JobSpec& spec, const Placement& placement,
                         int64_t max_request_bytes);
 

@@ -28,10 +28,10 @@
 namespace ps::worker {
 
 // The row boundaries at which the pipeline cuts a weight the model uses in
-// row blocks (`shape` [rows, width]; the MLP's first layer): among the
-// parameter servers' chunk boundaries (`parts`, element offsets) those that
-// fall between rows, thinned out to blocks of at least 384 KB and at most 8
-// blocks.
+// row blocks (`shape` [rows, width]: the weight of a layer model's Dense
+// layer fed by the model's inputs): among the parameter servers' chunk
+// boundaries (`parts`, element offsets) those that fall between rows,
+// thinned out to blocks of at least 384 KB and at most 8 blocks.
 std::vector<int64_t> FirstLayerRowSplits(const std::vector<int64_t>& parts,
                                          const std::vector<int64_t>& shape);
 

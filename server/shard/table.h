@@ -5,8 +5,8 @@
 // updated under the same version and clock; a table kind knows its own
 // layout, payloads, optimizer state and checkpoint records, and nothing of
 // the consistency model. Kinds: DenseTable (dense_table.h: the job's dense
-// tensors, cut into chunks); a sparse embedding table (rows by key) is the
-// next.
+// tensors, cut into chunks) and SparseTable (sparse_table.h: a sparse
+// embedding table, rows by key).
 //
 // How a push goes through a job's tables (push_validation.h, push_apply.h):
 //   1. Prepare on every table: checks its part of the push and readies it.

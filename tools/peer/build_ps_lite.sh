@@ -2,8 +2,8 @@
 # Builds ps-lite (github.com/dmlc/ps-lite, unpatched) and the dense and
 # sparse push/pull drivers next to this script, outside this repository's
 # build, against Debian's libzmq3-dev and the system protobuf, with ps-lite's
-# own Makefile flags. For the comparisons in docs/performance.md
-# ("Throughput", "Sparse tables"). The sparse driver also compiles this
+# own Makefile flags. For the comparisons in docs/performance/
+# (ps-bench.md, sparse-tables.md). The sparse driver also compiles this
 # repository's Zipf sampler (tools/data/zipf.cc, C++17, the system Abseil),
 # to draw the key stream ps_bench draws.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sparse push+pull, this project against ps-lite, alternated on one machine
-# (docs/performance.md, "Sparse tables end to end"). Each round, for 1 and 2
+# (docs/performance/sparse-tables.md). Each round, for 1 and 2
 # shards and dims 16 and 64: `ps_bench --mode=sparse` against SHARDS fresh
 # ps_server processes with 1-4 worker processes (each case followed by the
 # dense path on the same bytes per step), then ps-lite's sparse driver

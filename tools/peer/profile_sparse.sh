@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Where a sparse step's CPU goes, end to end (docs/performance.md, "Sparse
-# tables end to end"): SHARDS fresh ps_server processes and `ps_bench
+# Where a sparse step's CPU goes, end to end (docs/performance/
+# sparse-tables.md): SHARDS fresh ps_server processes and `ps_bench
 # --mode=sparse` with WORKERS worker processes at DIM (a 10-second case);
 # after the workers have warmed up, `perf record -a -g` for 3 seconds and
 # each process's CPU time from /proc over the same window; then split_sparse_profile.py gives

@@ -11,9 +11,9 @@
 //   cpu_user U cpu_sys Y
 //
 // Not part of this repository's build: build_ps_lite.sh compiles it against a
-// ps-lite checkout, run_ps_lite.sh runs it (docs/performance.md,
-// "Throughput"). It is the peer's program, so it reads its settings from the
-// environment as ps-lite does.
+// ps-lite checkout, run_ps_lite.sh runs it (docs/performance/
+// ps-bench.md, "Throughput"). It is the peer's program, so it reads its
+// settings from the environment as ps-lite does.
 #include <sys/resource.h>
 
 #include <chrono>

@@ -18,9 +18,9 @@
 // both ways, as ps_bench counts them).
 //
 // Not part of this repository's build: build_ps_lite.sh compiles it against
-// a ps-lite checkout, run_ps_lite.sh runs it (docs/performance.md, "Sparse
-// tables"). It is the peer's program, so it reads its settings from the
-// environment as ps-lite does.
+// a ps-lite checkout, run_ps_lite.sh runs it (docs/performance/
+// sparse-tables.md). It is the peer's program, so it reads its settings
+// from the environment as ps-lite does.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

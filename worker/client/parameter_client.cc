@@ -82,7 +82,7 @@ class ClientImpl final : public ParameterClient {
   // (the shards' messages overlap already) and costs a whole RPC's CPU on
   // both sides, plus, under ASP/SSP, a hand-off to the server's wait pool
   // when the last message's answer must wait for the step's other pushes
-  // (docs/performance.md, "Throughput").
+  // (docs/performance/ps-bench.md, "Throughput").
   int StepSpread() const {
     const int shards = std::max(1, num_shards());
     return std::max(1, (options_.connections_per_shard + shards - 1) / shards);

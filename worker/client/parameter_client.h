@@ -79,7 +79,7 @@ struct ParameterClientOptions {
   // answers to the first messages flow back while the later ones are still
   // being sent. (With as many shards as connections, each shard gets one
   // message: the shards' messages overlap already, and a message more per
-  // shard costs an RPC: docs/performance.md, "Throughput".)
+  // shard costs an RPC: docs/performance/ps-bench.md, "Throughput".)
   // For ASP/SSP, where a push's answer need not wait for the step. Off (BSP,
   // where no answer can come before the step closes): the part is cut only
   // at max_request_bytes and the message that ends the step asks for all;
@@ -96,8 +96,8 @@ struct ParameterClientOptions {
   // once, and keeps its core busy meanwhile. For a worker waiting on its
   // next weights with a core of its own (tools/train_bench, BSP at batch
   // 128: 0.62 of the compute-only loop with 300 us against 0.57 without,
-  // docs/performance.md, "Polling for weights"); not where the machine's
-  // cores are all taken.
+  // docs/performance/train-bench.md, "Polling for weights"); not where
+  // the machine's cores are all taken.
   absl::Duration wait_spin = absl::ZeroDuration();
   // The job's sparse tables (ModelSpec.sparse_tables; the index is the
   // table's id in PullRows / PushRows). Each table's rows travel in its
