@@ -17,6 +17,9 @@ packages=(
   libcli11-dev               # psctl subcommands (header-only)
   openssl                    # TLS test certificates
   clang libclang-rt-14-dev   # libFuzzer targets
+  libcpp-httplib-dev nlohmann-json3-dev  # the coordinator's dashboard
+  libjs-chart.js             # its charts (/usr/share/javascript/chart.js)
+  chromium                   # the dashboard's browser test
 )
 if [[ "${1:-}" == "--slurm" ]]; then
   packages+=(slurmctld slurmd slurm-client munge)

@@ -27,6 +27,8 @@
 #include "common/status.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/dashboard.h"
+#include "server/coordinator/dashboard_server.h"
 #include "server/coordinator/job_store.h"
 #include "server/coordinator/shard_client.h"
 
@@ -80,6 +82,16 @@ ABSL_FLAG(bool, check_dataset, true,
 ABSL_FLAG(int, metrics_port, -1,
           "Port for Prometheus metrics at /metrics on --host; 0 picks a free "
           "one (printed), -1 turns it off.");
+ABSL_FLAG(int, http_port, -1,
+          "Port of the web dashboard and its JSON API on --host (HTTPS with "
+          "--tls_cert, behind the cluster token); 0 picks a free one "
+          "(printed, and written to --http_port_file), -1 turns it off.");
+ABSL_FLAG(std::string, http_port_file, "",
+          "If set, the dashboard's port is written to this file (atomically) "
+          "once it accepts requests.");
+ABSL_FLAG(std::string, dashboard_chart_js,
+          "/usr/share/javascript/chart.js/chart.min.js",
+          "chart.js the dashboard serves (Debian's libjs-chart.js).");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate of this coordinator (TLS on when set with "
           "--tls_key); also presented to the shards as client identity.");
@@ -212,6 +224,40 @@ int Run() {
       metrics.Gauge("coordinator_metric_points", "metric points of all jobs",
                     {{"kind", "kept"}});
 
+  // The dashboard (off unless --http_port): read-only, same token and TLS.
+  std::unique_ptr<Dashboard> dashboard;
+  std::unique_ptr<DashboardServer> dashboard_server;
+  if (absl::GetFlag(FLAGS_http_port) >= 0) {
+    DashboardOptions dashboard_options;
+    dashboard_options.token = *token;
+    dashboard_options.chart_js_path = absl::GetFlag(FLAGS_dashboard_chart_js);
+    dashboard_options.secure = !tls.cert_file.empty();
+    absl::StatusOr<std::unique_ptr<Dashboard>> d =
+        Dashboard::Create(core->get(), dashboard_options);
+    DashboardServerOptions http;
+    http.host = host;
+    http.port = absl::GetFlag(FLAGS_http_port);
+    http.tls = tls;
+    absl::StatusOr<std::unique_ptr<DashboardServer>> served =
+        d.ok() ? DashboardServer::Start(d->get(), http)
+               : absl::StatusOr<std::unique_ptr<DashboardServer>>(d.status());
+    absl::Status written = served.ok() ? absl::OkStatus() : served.status();
+    if (written.ok() && !absl::GetFlag(FLAGS_http_port_file).empty()) {
+      written = WriteFileAtomically(FileSystem::Posix(),
+                                    absl::GetFlag(FLAGS_http_port_file),
+                                    absl::StrCat((*served)->port(), "\n"));
+    }
+    if (!written.ok()) {
+      std::fprintf(stderr, "coordinator: %s\n",
+                   std::string(written.message()).c_str());
+      return 1;
+    }
+    dashboard = *std::move(d);
+    dashboard_server = *std::move(served);
+    std::printf("coordinator dashboard on %s\n",
+                dashboard_server->url().c_str());
+  }
+
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     absl::Status s = WriteFileAtomically(FileSystem::Posix(), port_file,
@@ -263,7 +309,8 @@ int Run() {
   std::fflush(stdout);
   stop.Notify();
   ticker.join();
-  (*core)->Shutdown();  // ends WatchJob streams
+  dashboard_server.reset();  // waits for the requests in flight
+  (*core)->Shutdown();       // ends WatchJob streams
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();
   return 0;
@@ -277,7 +324,7 @@ int main(int argc, char** argv) {
       "The parameter-server coordinator: registers servers and workers, "
       "queues and runs jobs, stores their records and metrics.\n"
       "Usage: coordinator --data_dir=DIR [--port=0 --port_file=F] "
-      "[--coordinator_file=F] "
+      "[--coordinator_file=F] [--http_port=0 --http_port_file=F] "
       "[--token_file=F | PS_TOKEN=...] [--tls_cert=C --tls_key=K "
       "[--tls_ca=CA]]");
   absl::ParseCommandLine(argc, argv);

@@ -2,18 +2,20 @@
 
 #include <cmath>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 
 namespace ps::coordinator {
 namespace {
 
-std::string Number(double v, bool json) {
-  if (std::isnan(v)) return json ? "null" : "nan";
-  if (std::isinf(v)) return json ? "null" : (v > 0 ? "inf" : "-inf");
+std::string CsvNumber(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return absl::StrFormat("%.9g", v);
 }
 
@@ -30,35 +32,10 @@ std::string CsvField(absl::string_view s) {
   return out;
 }
 
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<int>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
+// NaN and Inf become null: JSON has neither.
+nlohmann::ordered_json JsonNumber(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return v;
 }
 
 }  // namespace
@@ -70,44 +47,43 @@ std::string FormatMetricsCsv(absl::string_view job_id,
   const std::string id = CsvField(job_id);
   for (const MetricPoint& p : points) {
     absl::StrAppend(&out, id, ",", CsvField(p.name()), ",", p.step(), ",",
-                    Number(p.epoch(), false), ",", p.time_ms(), ",",
-                    p.member_id(), ",", Number(p.value(), false), ",",
-                    p.incarnation(), "\n");
+                    CsvNumber(p.epoch()), ",", p.time_ms(), ",", p.member_id(),
+                    ",", CsvNumber(p.value()), ",", p.incarnation(), "\n");
   }
   return out;
 }
 
 std::string FormatMetricsJson(absl::string_view job_id,
                               absl::Span<const MetricPoint> points) {
-  std::map<std::string, std::vector<const MetricPoint*>> series;
-  for (const MetricPoint& p : points) series[p.name()].push_back(&p);
-  std::string out =
-      absl::StrCat("{\"job_id\": ", JsonString(job_id), ", \"series\": {");
-  bool first_series = true;
-  for (const auto& [name, list] : series) {
-    absl::StrAppend(&out, first_series ? "" : ", ", "\n  ", JsonString(name),
-                    ": [");
-    first_series = false;
-    bool first = true;
+  // Series in name order; a point's fields in the order documented.
+  std::map<std::string, std::vector<const MetricPoint*>> by_name;
+  for (const MetricPoint& p : points) by_name[p.name()].push_back(&p);
+  nlohmann::ordered_json series = nlohmann::ordered_json::object();
+  for (const auto& [name, list] : by_name) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (const MetricPoint* p : list) {
-      absl::StrAppend(&out, first ? "" : ", ", "{\"step\": ", p->step(),
-                      ", \"epoch\": ", Number(p->epoch(), true),
-                      ", \"time_ms\": ", p->time_ms(),
-                      ", \"member_id\": ", p->member_id(),
-                      ", \"value\": ", Number(p->value(), true),
-                      ", \"incarnation\": ", p->incarnation());
+      nlohmann::ordered_json point = {{"step", p->step()},
+                                      {"epoch", JsonNumber(p->epoch())},
+                                      {"time_ms", p->time_ms()},
+                                      {"member_id", p->member_id()},
+                                      {"value", JsonNumber(p->value())},
+                                      {"incarnation", p->incarnation()}};
       if (p->merged() > 1) {
-        absl::StrAppend(&out, ", \"merged\": ", p->merged(),
-                        ", \"min_value\": ", Number(p->min_value(), true),
-                        ", \"max_value\": ", Number(p->max_value(), true));
+        point["merged"] = p->merged();
+        point["min_value"] = JsonNumber(p->min_value());
+        point["max_value"] = JsonNumber(p->max_value());
       }
-      out += "}";
-      first = false;
+      out.push_back(std::move(point));
     }
-    out += "]";
+    series[name] = std::move(out);
   }
-  out += first_series ? "}}\n" : "\n}}\n";
-  return out;
+  nlohmann::ordered_json doc = {{"job_id", std::string(job_id)},
+                                {"series", std::move(series)}};
+  // Names and ids a worker sent that are not UTF-8 are replaced (U+FFFD),
+  // not a throw.
+  return doc.dump(-1, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace) +
+         "\n";
 }
 
 absl::StatusOr<std::string> FormatMetrics(

@@ -24,7 +24,10 @@ std::string FormatMetricsCsv(absl::string_view job_id,
 // "time_ms": t, "member_id": m, "value": v, "incarnation": i}, ...], ...}}:
 // series in name order, points in the order given; a merged point
 // (MetricPoint.merged > 1) also has "merged", "min_value" and "max_value".
-// NaN and Inf become null (JSON has none).
+// NaN and Inf become null (JSON has none). Printed by nlohmann-json on one
+// line (numbers as the shortest text that reads back the same double;
+// strings escaped by the library, bytes that are not UTF-8 replaced by
+// U+FFFD), ending in a newline.
 std::string FormatMetricsJson(absl::string_view job_id,
                               absl::Span<const MetricPoint> points);
 
