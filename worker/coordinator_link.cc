@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +22,7 @@ bool SameAssignment(const WorkerAssignment& a, const WorkerAssignment& b) {
   return a.command() == b.command() && a.job_id() == b.job_id() &&
          a.membership_epoch() == b.membership_epoch() &&
          a.incarnation() == b.incarnation() && a.done() == b.done() &&
+         a.others_done() == b.others_done() &&
          a.data_shards_size() == b.data_shards_size();
 }
 
@@ -48,6 +51,7 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       backoff = std::min(backoff * 2, absl::Seconds(2));
     }
     thread_ = std::thread([this] { HeartbeatLoop(); });
+    sender_ = std::thread([this] { SendLoop(); });
     return absl::OkStatus();
   }
 
@@ -80,29 +84,31 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
     steps_per_epoch_ = steps_per_epoch;
   }
 
-  absl::Status ReportMetrics(const std::string& job_id,
-                             std::vector<MetricPoint> points,
-                             bool done) override {
-    ReportMetricsRequest req;
-    req.set_member_id(member_id());
-    req.set_job_id(job_id);
-    req.set_done(done);
-    {
-      absl::MutexLock l(&mu_);
-      req.set_clock(clock_);  // SetProgress's: where the steps ended
-    }
-    for (MetricPoint& p : points) *req.add_points() = std::move(p);
-    RetryPolicy policy;
-    policy.total_deadline = done ? absl::Seconds(60) : absl::Seconds(5);
-    policy.max_attempts = done ? 100 : 4;
-    return CallWithRetry(policy, [&] {
-      grpc::ClientContext ctx;
-      PrepareContext(&ctx, options_.rpc_timeout, options_.token);
-      ReportMetricsResponse resp;
-      return Call([&](CoordinatorService::Stub& stub) {
-        return stub.ReportMetrics(&ctx, req, &resp);
-      });
-    });
+  void ReportMetrics(const std::string& job_id, std::vector<MetricPoint> points,
+                     bool done) override {
+    Report report;
+    report.request.set_job_id(job_id);
+    report.request.set_done(done);
+    for (MetricPoint& p : points) *report.request.add_points() = std::move(p);
+    absl::MutexLock l(&mu_);
+    report.request.set_clock(clock_);  // SetProgress's: where the steps ended
+    report.id = ++last_report_id_;
+    held_points_ += report.request.points_size();
+    outbox_.push_back(std::move(report));
+    TrimOutbox();
+  }
+
+  bool Flush(absl::Duration timeout) override {
+    absl::MutexLock l(&mu_);
+    auto empty = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return outbox_.empty() && !sending_;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&empty), timeout);
+  }
+
+  int64_t dropped_points() const override {
+    absl::MutexLock l(&mu_);
+    return dropped_points_;
   }
 
   absl::Status ReportFailure(const std::string& job_id,
@@ -130,8 +136,10 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       absl::MutexLock l(&mu_);
       if (stopped_) return;
       stopped_ = true;
+      stop_deadline_ = absl::Now() + options_.flush_on_stop;
     }
     if (thread_.joinable()) thread_.join();
+    if (sender_.joinable()) sender_.join();
   }
 
  private:
@@ -173,6 +181,115 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
     }
     member_id_ = resp.member_id();
     return absl::OkStatus();
+  }
+
+  // A metric report waiting in the outbox; `id` tells the sender whether
+  // the report it sent is still the outbox's first (TrimOutbox may have
+  // dropped it meanwhile).
+  struct Report {
+    int64_t id = 0;
+    ReportMetricsRequest request;
+  };
+
+  static bool IsEvaluation(const MetricPoint& p) {
+    return p.name().starts_with("test_");
+  }
+
+  // Past max_held_points, drops the oldest training points, then (only if
+  // evaluations alone exceed the bound) the oldest evaluations; a report
+  // left with no point and no `done` goes.
+  void TrimOutbox() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (held_points_ <= options_.max_held_points) return;
+    const int64_t before = dropped_points_;
+    for (bool evaluations : {false, true}) {
+      for (Report& r : outbox_) {
+        if (held_points_ <= options_.max_held_points) break;
+        auto* points = r.request.mutable_points();
+        for (int i = 0;
+             i < points->size() && held_points_ > options_.max_held_points;) {
+          if (IsEvaluation(points->Get(i)) == evaluations) {
+            points->erase(points->begin() + i);
+            --held_points_;
+            ++dropped_points_;
+          } else {
+            ++i;
+          }
+        }
+      }
+    }
+    std::erase_if(outbox_, [](const Report& r) {
+      return r.request.points_size() == 0 && !r.request.done();
+    });
+    std::fprintf(stderr,
+                 "worker: coordinator unreachable with %lld metric points "
+                 "held: dropped the oldest %lld (%lld so far)\n",
+                 static_cast<long long>(held_points_),
+                 static_cast<long long>(dropped_points_ - before),
+                 static_cast<long long>(dropped_points_));
+  }
+
+  // Delivers the outbox's reports one at a time, in order: each is sent
+  // until a coordinator takes it (OK) or refuses it (any status but
+  // UNAVAILABLE / DEADLINE_EXCEEDED), with backoff while it is unreachable;
+  // Call() follows the coordinator file meanwhile.
+  void SendLoop() {
+    absl::Duration backoff = absl::Milliseconds(50);
+    bool holding = false;  // a failure was logged; say when it is over
+    for (;;) {
+      Report report;
+      {
+        absl::MutexLock l(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopped_ || !outbox_.empty();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (outbox_.empty() || (stopped_ && absl::Now() > stop_deadline_)) {
+          if (!outbox_.empty()) {
+            std::fprintf(stderr,
+                         "worker: stopping with %lld metric points not "
+                         "delivered\n",
+                         static_cast<long long>(held_points_));
+          }
+          return;
+        }
+        report = outbox_.front();
+        report.request.set_member_id(member_id_);
+        sending_ = true;
+      }
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, options_.rpc_timeout, options_.token);
+      ReportMetricsResponse resp;
+      const absl::Status s = Call([&](CoordinatorService::Stub& stub) {
+        return stub.ReportMetrics(&ctx, report.request, &resp);
+      });
+      absl::MutexLock l(&mu_);
+      sending_ = false;
+      if (IsRetryable(s)) {
+        if (!holding) {
+          std::fprintf(stderr,
+                       "worker: metrics held until the coordinator is "
+                       "reachable (%s)\n",
+                       std::string(s.message()).c_str());
+          holding = true;
+        }
+        mu_.AwaitWithTimeout(absl::Condition(&stopped_), backoff);
+        backoff = std::min(backoff * 2, absl::Seconds(1));
+        continue;
+      }
+      if (!s.ok()) {
+        std::fprintf(stderr, "worker: metrics for job %s refused: %s\n",
+                     report.request.job_id().c_str(),
+                     std::string(s.message()).c_str());
+      } else if (holding) {
+        std::fprintf(stderr, "worker: held metrics delivered\n");
+        holding = false;
+      }
+      backoff = absl::Milliseconds(50);
+      if (!outbox_.empty() && outbox_.front().id == report.id) {
+        held_points_ -= outbox_.front().request.points_size();
+        outbox_.pop_front();
+      }
+    }
   }
 
   void HeartbeatLoop() {
@@ -226,7 +343,8 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
 
   const CoordinatorLinkOptions options_;
   const std::unique_ptr<CoordinatorConnection> coordinator_;
-  std::thread thread_;
+  std::thread thread_;  // heartbeats
+  std::thread sender_;  // metric reports
   mutable absl::Mutex mu_;
   int64_t member_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::string job_id_ ABSL_GUARDED_BY(mu_);
@@ -236,6 +354,12 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
   int64_t steps_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time stop_deadline_ ABSL_GUARDED_BY(mu_);
+  std::deque<Report> outbox_ ABSL_GUARDED_BY(mu_);
+  int64_t last_report_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t held_points_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_points_ ABSL_GUARDED_BY(mu_) = 0;
+  bool sending_ ABSL_GUARDED_BY(mu_) = false;  // a report is on its way
   std::atomic<bool> connected_{false};
 };
 

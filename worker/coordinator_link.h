@@ -3,10 +3,12 @@
 // reports. Survives coordinator restarts, at its address or another one
 // named in the coordinator file: calls are retried with backoff, and a
 // coordinator that no longer knows this worker gets it registered again
-// (under the same member id).
+// (under the same member id). Metric reports wait in an outbox, bounded,
+// until a coordinator takes them: none is lost to a coordinator's absence.
 #ifndef PS_WORKER_COORDINATOR_LINK_H_
 #define PS_WORKER_COORDINATOR_LINK_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,12 +34,19 @@ struct CoordinatorLinkOptions {
   double gemm_gflops = 0;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration rpc_timeout = absl::Seconds(5);
+  // The most metric points the outbox holds while the coordinator is
+  // unreachable (about 100 bytes each). Past it the oldest training points
+  // go first, evaluations (test_*) last; each drop is counted and logged.
+  int64_t max_held_points = 100000;
+  // On Stop(), how long undelivered reports are still tried.
+  absl::Duration flush_on_stop = absl::Seconds(10);
   // TLS to the coordinator (off when empty); with cert_file and key_file this
   // worker presents a client certificate (mutual TLS).
   TlsOptions tls;
 };
 
-// Thread-safe. Starts a heartbeat thread on Start(); the destructor stops it.
+// Thread-safe. Start() starts a heartbeat thread and a thread that delivers
+// metric reports in the order they were made; the destructor stops both.
 class CoordinatorLink {
  public:
   virtual ~CoordinatorLink() = default;
@@ -61,11 +70,19 @@ class CoordinatorLink {
   // shard and per epoch as this worker counted them (0: not known).
   virtual void SetDataShape(int64_t shard_steps, int64_t steps_per_epoch) = 0;
 
-  // Sends metric points (retried briefly; dropped with a log line if the
-  // coordinator stays unreachable, training goes on).
-  virtual absl::Status ReportMetrics(const std::string& job_id,
-                                     std::vector<MetricPoint> points,
-                                     bool done) = 0;
+  // Queues metric points (and, with `done`, the end of this worker's share
+  // at the clock SetProgress last named) for delivery and returns at once.
+  // Reports are delivered in order, each retried until a coordinator takes
+  // it, following the coordinator file when it moves; one the coordinator
+  // refuses (e.g. NOT_FOUND: a job it does not know) is dropped with a log
+  // line.
+  virtual void ReportMetrics(const std::string& job_id,
+                             std::vector<MetricPoint> points, bool done) = 0;
+  // Waits up to `timeout` until every queued report is delivered or
+  // dropped; whether the outbox is empty.
+  virtual bool Flush(absl::Duration timeout) = 0;
+  // Points dropped because the outbox was full (max_held_points).
+  virtual int64_t dropped_points() const = 0;
 
   virtual absl::Status ReportFailure(const std::string& job_id,
                                      const std::string& message,
@@ -74,7 +91,8 @@ class CoordinatorLink {
   // Whether the last heartbeat reached the coordinator.
   virtual bool Connected() const = 0;
 
-  // Stops heartbeating (idempotent).
+  // Stops heartbeating, and delivering reports once the outbox is empty or
+  // flush_on_stop has passed (idempotent).
   virtual void Stop() = 0;
 };
 

@@ -247,12 +247,12 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
     return options.is_evaluator ? options.is_evaluator() : a.evaluator();
   };
   TrainResult result;
-  const auto evaluate = [&](int64_t step) -> absl::Status {
+  const auto evaluate = [&](int64_t step, bool final_model) -> absl::Status {
     if (d.test_files().empty() || !is_evaluator()) return absl::OkStatus();
     PS_ASSIGN_OR_RETURN(
         const TestScore score,
         ScoreOnTestFiles(*model, *params, d, step, d.eval_examples()));
-    ReportTestScore(score, stamp, sink, step);
+    ReportTestScore(score, stamp, sink, step, final_model);
     result.test_accuracy = score.accuracy;
     return absl::OkStatus();
   };
@@ -303,7 +303,7 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
     }
     if (step >= next_eval) {
       PS_RETURN_IF_ERROR(stepper.Drain());
-      PS_RETURN_IF_ERROR(evaluate(step));
+      PS_RETURN_IF_ERROR(evaluate(step, /*final_model=*/false));
       next_eval = (step / eval_every + 1) * eval_every;
     }
     const absl::Time t1 = clock->Now();
@@ -335,7 +335,10 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
   }
   result.final_clock = step;
   PS_RETURN_IF_ERROR(stepper.Drain());  // a plan that shrank under a step
-  PS_RETURN_IF_ERROR(evaluate(step));   // the final weights
+  // The final weights, once every worker's are in.
+  if (!d.test_files().empty() && is_evaluator()) {
+    PS_RETURN_IF_ERROR(evaluate(step, AwaitOthersDone(options, stop)));
+  }
   sink({}, true);
   return result;
 }

@@ -36,31 +36,34 @@ absl::StatusOr<TestScore> ScoreOnTestSet(TrainableModel* model,
 }
 
 void ReportTestScore(const TestScore& score, const MetricStamp& stamp,
-                     const MetricSink& sink, int64_t step) {
+                     const MetricSink& sink, int64_t step, bool final_model) {
+  std::vector<MetricPoint> points;
   switch (score.head) {
     case HeadSpec::SIGMOID_CROSS_ENTROPY:
-      sink({stamp.Point("test_auc", score.auc, step),
-            stamp.Point("test_logloss", score.log_loss, step),
-            stamp.Point("test_accuracy", score.accuracy, step),
-            stamp.Point("test_loss", score.loss, step)},
-           false);
-      std::fprintf(stderr, "worker: step %lld test auc %.4f logloss %.4f\n",
-                   static_cast<long long>(step), score.auc, score.log_loss);
+      points = {stamp.Point("test_auc", score.auc, step),
+                stamp.Point("test_logloss", score.log_loss, step),
+                stamp.Point("test_accuracy", score.accuracy, step),
+                stamp.Point("test_loss", score.loss, step)};
+      std::fprintf(stderr, "worker: step %lld test auc %.4f logloss %.4f%s\n",
+                   static_cast<long long>(step), score.auc, score.log_loss,
+                   final_model ? " (final model)" : "");
       break;
     case HeadSpec::MEAN_SQUARED_ERROR:
-      sink({stamp.Point("test_rmse", score.rmse, step),
-            stamp.Point("test_loss", score.loss, step)},
-           false);
-      std::fprintf(stderr, "worker: step %lld test rmse %.4f\n",
-                   static_cast<long long>(step), score.rmse);
+      points = {stamp.Point("test_rmse", score.rmse, step),
+                stamp.Point("test_loss", score.loss, step)};
+      std::fprintf(stderr, "worker: step %lld test rmse %.4f%s\n",
+                   static_cast<long long>(step), score.rmse,
+                   final_model ? " (final model)" : "");
       break;
     default:
-      sink({stamp.Point("test_accuracy", score.accuracy, step),
-            stamp.Point("test_loss", score.loss, step)},
-           false);
-      std::fprintf(stderr, "worker: step %lld test accuracy %.4f loss %.4f\n",
-                   static_cast<long long>(step), score.accuracy, score.loss);
+      points = {stamp.Point("test_accuracy", score.accuracy, step),
+                stamp.Point("test_loss", score.loss, step)};
+      std::fprintf(stderr, "worker: step %lld test accuracy %.4f loss %.4f%s\n",
+                   static_cast<long long>(step), score.accuracy, score.loss,
+                   final_model ? " (final model)" : "");
   }
+  for (MetricPoint& p : points) p.set_final_model(final_model);
+  sink(std::move(points), false);
 }
 
 Evaluator::Evaluator(std::shared_ptr<const Dataset> test,
@@ -74,13 +77,14 @@ Evaluator::Evaluator(std::shared_ptr<const Dataset> test,
                  options_.eval_every_steps) {}
 
 absl::Status Evaluator::EvaluateDue(TrainableModel* model, int64_t clock) {
-  PS_RETURN_IF_ERROR(Evaluate(model, clock));
+  PS_RETURN_IF_ERROR(Evaluate(model, clock, /*final_model=*/false));
   next_eval_ =
       (clock / options_.eval_every_steps + 1) * options_.eval_every_steps;
   return absl::OkStatus();
 }
 
-absl::Status Evaluator::Evaluate(TrainableModel* model, int64_t step) {
+absl::Status Evaluator::Evaluate(TrainableModel* model, int64_t step,
+                                 bool final_model) {
   if (!IsEvaluator() || test_ == nullptr) return absl::OkStatus();
   const int64_t n =
       options_.eval_examples > 0
@@ -88,7 +92,7 @@ absl::Status Evaluator::Evaluate(TrainableModel* model, int64_t step) {
           : test_->num_examples;
   PS_ASSIGN_OR_RETURN(const TestScore score, ScoreOnTestSet(model, *test_, n));
   test_accuracy_ = score.accuracy;
-  ReportTestScore(score, *stamp_, sink_, step);
+  ReportTestScore(score, *stamp_, sink_, step, final_model);
   return absl::OkStatus();
 }
 

@@ -36,9 +36,10 @@ absl::StatusOr<TestScore> ScoreOnTestSet(TrainableModel* model,
 // Sends `score` stamped `step` as the metrics its head implies
 // (test_auc, test_logloss, test_accuracy and test_loss for a sigmoid head;
 // test_rmse and test_loss for squared error; test_accuracy and test_loss
-// otherwise) and logs them.
+// otherwise), marked MetricPoint.final_model when `final_model`, and logs
+// them.
 void ReportTestScore(const TestScore& score, const MetricStamp& stamp,
-                     const MetricSink& sink, int64_t step);
+                     const MetricSink& sink, int64_t step, bool final_model);
 
 struct EvaluatorOptions {
   int64_t eval_every_steps = 1;  // at least 1
@@ -66,9 +67,10 @@ class Evaluator {
   // The evaluation due at `clock`: Evaluate(model, clock), then the next
   // one is due at the next multiple of eval_every_steps after `clock`.
   absl::Status EvaluateDue(TrainableModel* model, int64_t clock);
-  // Scores `model` now and reports it stamped `step`, if this worker is the
-  // evaluator and there is a test set; otherwise does nothing.
-  absl::Status Evaluate(TrainableModel* model, int64_t step);
+  // Scores `model` now and reports it stamped `step` (marked as the job's
+  // final model when `final_model`), if this worker is the evaluator and
+  // there is a test set; otherwise does nothing.
+  absl::Status Evaluate(TrainableModel* model, int64_t step, bool final_model);
 
   // The last evaluation's accuracy; -1 before any.
   double test_accuracy() const { return test_accuracy_; }

@@ -144,6 +144,17 @@ TEST_F(EvaluatorTest, ScoresInBatchesOfAThousandAndReports) {
     EXPECT_EQ(p.step(), 100) << name;
     EXPECT_DOUBLE_EQ(p.epoch(), 1) << name;
     EXPECT_EQ(p.time_ms(), 40) << name;
+    EXPECT_FALSE(p.final_model()) << name;
+  }
+}
+
+TEST_F(EvaluatorTest, AnEvaluationOfTheFinalModelIsMarkedSo) {
+  Evaluator e = Make(TestSet(10), 100, 0, 0);
+  ASSERT_TRUE(e.Evaluate(&model_, 120, /*final_model=*/true).ok());
+  ASSERT_EQ(sent_.points.size(), 2u);
+  for (const auto& [name, p] : sent_.points) {
+    EXPECT_TRUE(p.final_model()) << name;
+    EXPECT_EQ(p.step(), 120) << name;
   }
 }
 
@@ -174,14 +185,14 @@ TEST_F(EvaluatorTest, ReportsWhatTheModelsHeadScores) {
 
 TEST_F(EvaluatorTest, EvalExamplesCapsTheTestSet) {
   Evaluator capped = Make(TestSet(2500), 100, 1200, 0);
-  ASSERT_TRUE(capped.Evaluate(&model_, 7).ok());
+  ASSERT_TRUE(capped.Evaluate(&model_, 7, false).ok());
   EXPECT_EQ(model_.ranges, (std::vector<std::pair<int64_t, int64_t>>{
                                {0, 1000}, {1000, 1200}}));
   EXPECT_DOUBLE_EQ(capped.test_accuracy(), 600.0 / 1200);
   // More than there are: all of them.
   model_.ranges.clear();
   Evaluator all = Make(TestSet(30), 100, 1200, 0);
-  ASSERT_TRUE(all.Evaluate(&model_, 7).ok());
+  ASSERT_TRUE(all.Evaluate(&model_, 7, false).ok());
   EXPECT_EQ(model_.ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, 30}}));
 }
 
@@ -206,7 +217,7 @@ TEST_F(EvaluatorTest, OnlyTheWorkerThatHoldsTheRoleNowEvaluates) {
 TEST_F(EvaluatorTest, WithoutATestSetThereIsNothingToDo) {
   Evaluator e = Make(nullptr, 100, 0, 0);
   ASSERT_TRUE(e.EvaluateDue(&model_, 100).ok());
-  ASSERT_TRUE(e.Evaluate(&model_, 150).ok());
+  ASSERT_TRUE(e.Evaluate(&model_, 150, true).ok());
   EXPECT_TRUE(model_.ranges.empty());
   EXPECT_TRUE(sent_.points.empty());
   EXPECT_TRUE(e.Due(200));

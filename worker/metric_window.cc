@@ -19,7 +19,9 @@ MetricPoint MetricStamp::Point(const std::string& name, double value,
   p.set_value(value);
   p.set_step(step);
   p.set_epoch(static_cast<double>(step) / steps_per_epoch_);
-  p.set_time_ms(absl::ToInt64Milliseconds(clock_->Now() - job_start_));
+  const absl::Time now = clock_->Now();
+  p.set_time_ms(absl::ToInt64Milliseconds(now - job_start_));
+  p.set_unix_ms(absl::ToUnixMillis(now));
   return p;
 }
 

@@ -40,6 +40,9 @@ TEST(MetricStamp, StampsTheEpochAndTheTimeSinceTheJobStarted) {
   EXPECT_EQ(p.step(), 30);
   EXPECT_EQ(p.epoch(), 1.5);
   EXPECT_EQ(p.time_ms(), 1500);
+  // The wall time too: the coordinator places a restarted worker's points
+  // by it (its time_ms starts again).
+  EXPECT_EQ(p.unix_ms(), absl::ToUnixMillis(clock.Now()));
 }
 
 TEST(MetricWindow, ReportsMeansAndThroughputOfItsSteps) {

@@ -271,6 +271,9 @@ struct JobControl {
   std::atomic<bool> rolled_back{false};
   // The evaluator role moves to another worker when its holder is evicted.
   std::atomic<bool> evaluator{false};
+  // Every other worker has finished its share: an evaluation now is of the
+  // job's final model.
+  std::atomic<bool> others_done{false};
   // The clock the steps reached.
   std::atomic<int64_t> at_clock{0};
   // The data plan, followed from the next step when it grows (a leaver's
@@ -315,6 +318,7 @@ class AssignmentWatcher {
         control.stop = true;
       } else {
         control.evaluator = seen.evaluator();
+        control.others_done = seen.others_done();
         absl::MutexLock l(&control.plan_mu);
         control.plan = PlanOf(seen);
         control.plan_epoch = seen.membership_epoch();
@@ -351,6 +355,7 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
   TrainerOptions to;
   to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
   to.is_evaluator = [&control] { return control.evaluator.load(); };
+  to.others_done = [&control] { return control.others_done.load(); };
   CoordinatorLink* l = w.link.get();
   // The data's shape as Train derived it (IDX: the dataset's size; text:
   // the counting pass), for the coordinator's cuts of data plans.
@@ -372,12 +377,7 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
         for (MetricPoint& p : points) p.set_incarnation(job.incarnation());
         // Not done when the plan grew as the steps ended: it trains on.
         done = done && !control.Grown(control.at_clock);
-        if (absl::Status s =
-                l->ReportMetrics(job.job_id(), std::move(points), done);
-            !s.ok()) {
-          std::fprintf(stderr, "worker: metrics not delivered: %s\n",
-                       std::string(s.message()).c_str());
-        }
+        l->ReportMetrics(job.job_id(), std::move(points), done);
       },
       &control.stop, to,
       [&control] {
@@ -401,8 +401,9 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
 struct JobEnd {
   // False: the job rolled back, or its plan grew, and is to start again.
   bool finished = true;
-  int64_t resume_at = -1;  // the plan grew: the step to train on from
-  int64_t plan_epoch = 0;  // the membership epoch of the plan it finished
+  int64_t resume_at = -1;   // the plan grew: the step to train on from
+  int64_t plan_epoch = 0;   // the membership epoch of the plan it finished
+  int64_t incarnation = 0;  // the job's incarnation it finished in
 };
 
 // Runs one assignment to its end.
@@ -422,6 +423,7 @@ JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job) {
   w.link->SetProgress(job.job_id(), job.start_step(), job.incarnation());
   JobControl control;
   control.evaluator = job.evaluator();
+  control.others_done = job.others_done();
   control.at_clock = job.start_step();
   {
     absl::MutexLock l(&control.plan_mu);
@@ -466,7 +468,9 @@ JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job) {
   }
   w.link->SetProgress("", 0, 0);
   absl::MutexLock l(&control.plan_mu);
-  return {.finished = true, .plan_epoch = control.plan_epoch};
+  return {.finished = true,
+          .plan_epoch = control.plan_epoch,
+          .incarnation = job.incarnation()};
 }
 
 int Run(const std::string& blas_core) {
@@ -481,14 +485,18 @@ int Run(const std::string& blas_core) {
   WorkerAssignment current;
   std::string finished_job;
   // The membership epoch this worker finished the job under: a later one
-  // that is not done gave it more of the job's data (data_plan.h).
+  // that is not done gave it more of the job's data (data_plan.h), or asks
+  // the evaluator for the final model's evaluation. A later incarnation
+  // undid its steps past the rollback's step: it trains them again.
   int64_t finished_epoch = 0;
+  int64_t finished_incarnation = 0;
   int64_t resume_at = -1;  // the step to train on from when the plan grew
   while (!g_terminate) {
     current = w.link->WaitForChange(current, absl::Milliseconds(500));
     if (current.command() != WorkerAssignment::TRAIN ||
         (current.job_id() == finished_job &&
-         (current.done() || current.membership_epoch() <= finished_epoch))) {
+         (current.done() || (current.membership_epoch() <= finished_epoch &&
+                             current.incarnation() <= finished_incarnation)))) {
       continue;
     }
     WorkerAssignment job = current;
@@ -500,6 +508,7 @@ int Run(const std::string& blas_core) {
     if (end.finished) {
       finished_job = job.job_id();
       finished_epoch = end.plan_epoch;
+      finished_incarnation = end.incarnation;
     }
   }
   std::fprintf(stderr, "worker: terminating\n");

@@ -146,6 +146,21 @@ EvaluatorOptions EvaluatorOptionsFor(const WorkerAssignment& a,
 
 }  // namespace
 
+bool AwaitOthersDone(const TrainerOptions& options,
+                     const std::atomic<bool>* stop) {
+  if (!options.others_done) return true;
+  // The coordinator's answer comes with a heartbeat: poll at a fraction of
+  // its period (this runs once per job, after the last step).
+  const absl::Time deadline = absl::Now() + options.final_evaluation_wait;
+  while (!options.others_done()) {
+    if ((stop != nullptr && stop->load()) || absl::Now() >= deadline) {
+      return false;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,
                       int batch_size) {
   if (num_data_shards < 1 || batch_size < 1) return 0;
@@ -255,10 +270,12 @@ absl::StatusOr<TrainResult> Train(
     options.on_step(result.final_clock);
   }
   PS_RETURN_IF_ERROR(pipeline->Drain());
-  // Final evaluation on the final weights.
+  // Final evaluation on the final weights, once every worker's are in.
   if (evaluator.IsEvaluator()) {
+    const bool final_model = AwaitOthersDone(options, stop);
     PS_RETURN_IF_ERROR(pipeline->PullWeights());
-    PS_RETURN_IF_ERROR(evaluator.Evaluate(model.get(), pipeline->clock()));
+    PS_RETURN_IF_ERROR(
+        evaluator.Evaluate(model.get(), pipeline->clock(), final_model));
   }
   result.test_accuracy = evaluator.test_accuracy();
   sink({}, true);

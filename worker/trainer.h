@@ -43,6 +43,13 @@ struct TrainerOptions {
   // carry them to the coordinator, which cuts data plans by them.
   std::function<void(int64_t shard_steps, int64_t steps_per_epoch)>
       on_data_shape;
+  // Whether every other worker of the job has finished its share
+  // (WorkerAssignment.others_done, kept up to date). The evaluator's last
+  // evaluation waits up to final_evaluation_wait for it, and is marked as
+  // the job's final model only then (the coordinator asks again
+  // otherwise). Unset: this worker's steps are the job's (final at once).
+  std::function<bool()> others_done;
+  absl::Duration final_evaluation_wait = absl::Seconds(5);
 };
 
 struct TrainResult {
@@ -70,6 +77,12 @@ absl::StatusOr<TrainResult> Train(
     ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
     const TrainerOptions& options = {},
     std::function<WorkerPlan()> current_plan = nullptr);
+
+// Whether the evaluation the evaluator takes after its last step is of the
+// job's final model: options.others_done (unset: true), awaited for up to
+// options.final_evaluation_wait or until `stop`.
+bool AwaitOthersDone(const TrainerOptions& options,
+                     const std::atomic<bool>* stop);
 
 // Steps each worker runs for the job (the same on every worker).
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,

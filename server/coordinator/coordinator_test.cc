@@ -127,7 +127,7 @@ class CoordinatorTest : public ::testing::Test {
 
   absl::Status Report(int64_t member, const std::string& job,
                       const std::string& name, double value, int64_t step,
-                      bool done = false) {
+                      bool done = false, bool final_model = false) {
     ReportMetricsRequest r;
     r.set_member_id(member);
     r.set_job_id(job);
@@ -137,6 +137,7 @@ class CoordinatorTest : public ::testing::Test {
       p->set_name(name);
       p->set_value(value);
       p->set_step(step);
+      p->set_final_model(final_model);
     }
     return coordinator_->ReportMetrics(r);
   }
@@ -230,11 +231,27 @@ TEST_F(CoordinatorTest, LifecycleFromSubmitToSucceeded) {
   ASSERT_TRUE(Report(w1, id, "examples_per_sec", 1000, 1).ok());
   ASSERT_TRUE(Report(w0, id, "", 0, 0, /*done=*/true).ok());
   EXPECT_EQ(Job(id).state(), RUNNING);
+  EXPECT_TRUE(Beat(w1, id).assignment().others_done());
   ASSERT_TRUE(Report(w1, id, "", 0, 0, /*done=*/true).ok());
+  // The evaluator finished before w1's last steps: its last evaluation is
+  // not of the final model, so it is asked for one.
+  r = Job(id);
+  EXPECT_EQ(r.state(), RUNNING);
+  EXPECT_FALSE(r.final_evaluation());
+  EXPECT_TRUE(HasEvent(id, "final_evaluation"));
+  const WorkerAssignment again = Beat(w0, id).assignment();
+  EXPECT_EQ(again.command(), WorkerAssignment::TRAIN);
+  EXPECT_FALSE(again.done());
+  EXPECT_TRUE(again.others_done());
+  EXPECT_EQ(again.membership_epoch(), 2);
+  ASSERT_TRUE(Report(w0, id, "test_accuracy", 0.72, 1, /*done=*/true,
+                     /*final_model=*/true)
+                  .ok());
   r = Job(id);
   EXPECT_EQ(r.state(), SUCCEEDED);
+  EXPECT_TRUE(r.final_evaluation());
   EXPECT_DOUBLE_EQ(r.last_train_loss(), 2.3);
-  EXPECT_DOUBLE_EQ(r.best_test_accuracy(), 0.7);
+  EXPECT_DOUBLE_EQ(r.best_test_accuracy(), 0.72);
   EXPECT_DOUBLE_EQ(r.examples_per_sec(), 1000);
   EXPECT_EQ(shards_.teardowns.size(), 2u);
   EXPECT_TRUE(shards_.teardowns[0].second.final_checkpoint());
@@ -300,10 +317,26 @@ TEST_F(CoordinatorTest, JobsQueueInOrderAndWorkersAreExclusive) {
   const std::string second = Submit(Spec(2));
   coordinator_->Tick();
   EXPECT_EQ(Job(second).state(), PENDING);
-  ASSERT_TRUE(Report(w[0], first, "", 0, 0, true).ok());
   ASSERT_TRUE(Report(w[1], first, "", 0, 0, true).ok());
+  ASSERT_TRUE(Report(w[0], first, "test_accuracy", 0.5, 1, true, true).ok());
   coordinator_->Tick();
   EXPECT_EQ(Job(second).state(), RUNNING);
+}
+
+// An evaluator asked for the final model's evaluation that reports done
+// without one does not hold the job open for good.
+TEST_F(CoordinatorTest, AFinalEvaluationIsAskedForOnce) {
+  std::vector<int64_t> w;
+  const std::string id = RunningJob(2, Spec(2), &w);
+  ASSERT_TRUE(Report(w[0], id, "test_accuracy", 0.5, 1, true).ok());
+  ASSERT_TRUE(Report(w[1], id, "", 0, 0, true).ok());
+  EXPECT_EQ(Job(id).state(), RUNNING);
+  EXPECT_TRUE(HasEvent(id, "final_evaluation"));
+  ASSERT_TRUE(Report(w[0], id, "", 0, 0, true).ok());
+  const JobRecord r = Job(id);
+  EXPECT_EQ(r.state(), SUCCEEDED);
+  EXPECT_FALSE(r.final_evaluation());
+  EXPECT_TRUE(HasEvent(id, "no_final_evaluation"));
 }
 
 TEST_F(CoordinatorTest, CancelStopsWorkersAndTearsDown) {
@@ -328,7 +361,8 @@ TEST_F(CoordinatorTest, CancelStopsWorkersAndTearsDown) {
 TEST_F(CoordinatorTest, CancelAFinishedJobIsRefused) {
   std::vector<int64_t> w;
   const std::string id = RunningJob(1, Spec(1), &w);
-  ASSERT_TRUE(Report(w[0], id, "", 0, 0, true).ok());
+  ASSERT_TRUE(Report(w[0], id, "test_accuracy", 0.5, 1, true, true).ok());
+  ASSERT_EQ(Job(id).state(), SUCCEEDED);
   CancelJobRequest c;
   c.set_job_id(id);
   EXPECT_EQ(coordinator_->CancelJob(c).status().code(),
@@ -690,8 +724,8 @@ TEST_F(CoordinatorTest, DroppedGradientsBecomeEventsAndTotals) {
   EXPECT_TRUE(HasEvent(id, "dropped_gradient"));
   EXPECT_EQ(Job(id).dropped_pushes(), 3);
   shards_.status.set_dropped_pushes(5);
-  ASSERT_TRUE(Report(w[0], id, "", 0, 0, true).ok());
   ASSERT_TRUE(Report(w[1], id, "", 0, 0, true).ok());
+  ASSERT_TRUE(Report(w[0], id, "test_accuracy", 0.5, 1, true, true).ok());
   // The final counters are read before the teardown.
   EXPECT_EQ(Job(id).dropped_pushes(), 5);
   EXPECT_TRUE(HasEvent(id, "shard_summary"));

@@ -155,9 +155,7 @@ void Evict(JobTable& table, Job& job, int64_t member_id,
                      heir->member_id(), " (rank ", heir->rank(), ")"),
         heir->member_id(), writes);
   }
-  if (AllActiveDone(job)) {
-    table.SetState(job, SUCCEEDED, "every remaining worker finished", writes);
-  } else {
+  if (!FinishIfAllDone(table, job, "every remaining worker finished", writes)) {
     table.SaveRecord(job, writes);
   }
 }

@@ -130,10 +130,27 @@ TEST_F(DataAssignmentTest, TheLastWorkerGoneFailsTheJob) {
 TEST_F(DataAssignmentTest, EveryRemainingWorkerDoneSucceeds) {
   Job& job = Start(2);
   job.record.mutable_slots(1)->set_done(true);
+  job.record.set_final_evaluation(true);  // rank 1 evaluated last
   Evict(job, 1);
   EXPECT_EQ(job.record.state(), SUCCEEDED);
   EXPECT_EQ(job.record.reason(), "every remaining worker finished");
   EXPECT_EQ(Shards(job.record.slots(1)), (std::vector<int>{1, 0}));
+}
+
+// The evaluator leaves after the others finished: the role moves to a
+// worker that is done, which is asked to evaluate the final model before
+// the job ends.
+TEST_F(DataAssignmentTest, TheNewEvaluatorOfAFinishedJobEvaluatesItFirst) {
+  Job& job = Start(2);
+  job.record.mutable_slots(1)->set_done(true);
+  job.runtime[2].clock = 40;
+  Evict(job, 1);
+  EXPECT_EQ(job.record.state(), RUNNING);
+  const WorkerSlot& heir = job.record.slots(1);
+  EXPECT_TRUE(heir.evaluator());
+  EXPECT_FALSE(heir.done());
+  EXPECT_EQ(heir.start_step(), 40);
+  EXPECT_EQ(job.record.final_evaluation_epoch(), job.record.membership_epoch());
 }
 
 TEST_F(DataAssignmentTest, AVacantRankGoesBackToItsHolderWithItsShard) {

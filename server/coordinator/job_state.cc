@@ -115,6 +115,13 @@ void FillAssignment(const Job& job, const WorkerSlot& slot,
   a->set_done(slot.done());
   a->set_shard_steps(job.record.shard_steps());
   a->set_steps_per_epoch(job.record.steps_per_epoch());
+  bool others_done = true;
+  for (const WorkerSlot& s : job.record.slots()) {
+    if (s.active() && !s.done() && s.member_id() != slot.member_id()) {
+      others_done = false;
+    }
+  }
+  a->set_others_done(others_done);
 }
 
 namespace {

@@ -142,6 +142,7 @@ void MoveLeftoverData(JobTable& table, Job& job, WorkerSlot& gone,
       // It reported done at its plan's end: it trains on from there.
       s.set_done(false);
       s.set_start_step(end);
+      r.set_final_evaluation(false);
     }
     for (DataSegment& d : parts[i]) *s.add_plan() = d;
     SetShards(s);

@@ -30,6 +30,8 @@ void ResetSummary(Job& job) {
   r.set_best_test_accuracy(0);
   r.set_examples_per_sec(0);
   r.set_mean_staleness(0);
+  r.set_final_evaluation(false);
+  r.set_last_evaluation_time_ms(0);
 }
 
 void ApplyPoint(Job& job, const MetricPoint& p) {
@@ -44,6 +46,11 @@ void ApplyPoint(Job& job, const MetricPoint& p) {
   } else if (n == "test_accuracy") {
     r.set_last_test_accuracy(p.value());
     r.set_best_test_accuracy(std::max(r.best_test_accuracy(), p.value()));
+  }
+  if (n.starts_with("test_") && p.incarnation() == r.incarnation() &&
+      p.time_ms() >= r.last_evaluation_time_ms()) {
+    r.set_last_evaluation_time_ms(p.time_ms());
+    r.set_final_evaluation(p.final_model());
   } else if (n == "examples_per_sec") {
     job.examples_per_sec[p.member_id()] = p.value();
     SumThroughput(job);
@@ -77,7 +84,13 @@ absl::StatusOr<std::vector<MetricPoint>> StampPoints(
                        ", got ", p.step()));
     }
     p.set_member_id(request.member_id());
-    if (p.time_ms() == 0) p.set_time_ms(start > 0 ? now - start : 0);
+    // The worker's wall time where it has one: its own time_ms counts from
+    // its run's start, which a restarted worker begins again.
+    if (p.unix_ms() > 0 && start > 0) {
+      p.set_time_ms(std::max<int64_t>(0, p.unix_ms() - start));
+    } else if (p.time_ms() == 0) {
+      p.set_time_ms(start > 0 ? now - start : 0);
+    }
     out.push_back(std::move(p));
   }
   return out;
@@ -138,11 +151,50 @@ absl::StatusOr<bool> IntakeMetrics(JobTable& table, Job& job,
                  absl::StrCat("member ", request.member_id(), " (rank ",
                               slot->rank(), ") finished its share"),
                  request.member_id(), writes);
-  if (AllActiveDone(job)) {
-    table.SetState(job, SUCCEEDED, "every worker finished", writes);
+  if (FinishIfAllDone(table, job, "every worker finished", writes)) {
     return true;
   }
   table.SaveRecord(job, writes);
+  return false;
+}
+
+bool FinishIfAllDone(JobTable& table, Job& job, absl::string_view reason,
+                     WriteBatch* writes) {
+  if (!AllActiveDone(job)) return false;
+  JobRecord& r = job.record;
+  const DataSpec& d = r.spec().data();
+  const bool evaluates = d.format() == DataSpec::IDX || d.test_files_size() > 0;
+  WorkerSlot* evaluator = nullptr;
+  for (WorkerSlot& s : *r.mutable_slots()) {
+    if (s.active() && s.evaluator()) evaluator = &s;
+  }
+  if (!evaluates || r.final_evaluation() || evaluator == nullptr) {
+    table.SetState(job, SUCCEEDED, std::string(reason), writes);
+    return true;
+  }
+  if (r.final_evaluation_epoch() == r.membership_epoch()) {
+    table.AddEvent(job, "no_final_evaluation",
+                   absl::StrCat("member ", evaluator->member_id(),
+                                " finished without evaluating the final "
+                                "model; the last evaluation stands"),
+                   evaluator->member_id(), writes);
+    table.SetState(job, SUCCEEDED, std::string(reason), writes);
+    return true;
+  }
+  // Some worker's last steps came after the last evaluation (under ASP and
+  // SSP workers end at different times; an evaluator that rejoined or took
+  // the role may have finished first).
+  auto rt = job.runtime.find(evaluator->member_id());
+  evaluator->set_done(false);
+  evaluator->set_start_step(std::max(
+      evaluator->start_step(), rt != job.runtime.end() ? rt->second.clock : 0));
+  r.set_membership_epoch(r.membership_epoch() + 1);
+  r.set_final_evaluation_epoch(r.membership_epoch());
+  table.AddEvent(
+      job, "final_evaluation",
+      absl::StrCat("every worker finished: member ", evaluator->member_id(),
+                   " (rank ", evaluator->rank(), ") evaluates the final model"),
+      evaluator->member_id(), writes);
   return false;
 }
 

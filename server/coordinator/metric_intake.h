@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/coordinator_service.pb.h"
 #include "server/coordinator/job_state.h"
 #include "server/coordinator/job_table.h"
@@ -44,6 +45,18 @@ absl::StatusOr<std::vector<MetricPoint>> StampPoints(
 absl::StatusOr<bool> IntakeMetrics(JobTable& table, Job& job,
                                    const ReportMetricsRequest& request,
                                    WriteBatch* writes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
+
+// When every active worker is done: the job SUCCEEDS (`reason`) once its
+// last evaluation is of the final model, or when it has nothing to
+// evaluate (text data without test files). Otherwise the evaluator's slot
+// is opened again (done = false at its own clock, a new membership epoch;
+// event "final_evaluation"): the worker, now told others_done, evaluates
+// the final model and reports done once more. Asked once per membership
+// epoch: a second done without that evaluation ends the job all the same
+// (event "no_final_evaluation"). Returns whether the job ended.
+bool FinishIfAllDone(JobTable& table, Job& job, absl::string_view reason,
+                     WriteBatch* writes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
 
 // The points GetMetrics returns, in the order reported: those named (all when

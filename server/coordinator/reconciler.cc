@@ -99,8 +99,14 @@ void ApplyRollback(JobTable& table, Job& job, int64_t incarnation,
                          job.record.global_step());
   }
   job.record.set_global_step(rollback.start_step);
+  // The rollback undid every worker's steps past start_step, a finished
+  // worker's too: each trains again from there, and the job's evaluation of
+  // its final model is to be taken again.
+  job.record.set_final_evaluation(false);
+  job.record.set_final_evaluation_epoch(0);
   for (WorkerSlot& slot : *job.record.mutable_slots()) {
     if (!slot.active()) continue;
+    slot.set_done(false);
     slot.set_start_step(rollback.start_step);
     WorkerRuntime& rt = job.runtime[slot.member_id()];
     rt.clock = rollback.start_step;

@@ -9,16 +9,21 @@
 namespace ps::psctl {
 
 absl::StatusOr<Client> Client::Connect(const GlobalFlags& g) {
+  // A fixed address, or a file to follow (read once here, so that a
+  // missing one is reported now).
   std::string address = g.coordinator;
+  std::string file;
   if (address.empty() && !g.coordinator_file.empty()) {
-    PS_ASSIGN_OR_RETURN(
-        address, ReadCoordinatorFile(FileSystem::Posix(), g.coordinator_file));
+    PS_RETURN_IF_ERROR(
+        ReadCoordinatorFile(FileSystem::Posix(), g.coordinator_file).status());
+    file = g.coordinator_file;
   }
-  if (address.empty() && g.env_coordinator.has_value()) {
+  if (address.empty() && file.empty() && g.env_coordinator.has_value()) {
     address = *g.env_coordinator;
   }
-  if (address.empty()) {
-    PS_ASSIGN_OR_RETURN(address, RecordedCoordinator(g.run_dir));
+  if (address.empty() && file.empty()) {
+    PS_RETURN_IF_ERROR(RecordedCoordinator(g.run_dir).status());
+    file = RecordedCoordinatorFile(g.run_dir);
   }
   std::string token_file = g.token_file;
   if (token_file.empty() && !g.env_token.has_value() &&
@@ -31,12 +36,13 @@ absl::StatusOr<Client> Client::Connect(const GlobalFlags& g) {
                                                        : nullptr));
   ChannelOptions channel_options;
   channel_options.tls = g.tls;
-  PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, channel_options));
   Client c;
-  c.address_ = address;
+  PS_ASSIGN_OR_RETURN(c.connection_, CoordinatorConnection::Create(
+                                         address, file, channel_options));
+  // Bad TLS files and addresses fail here, before any call.
+  PS_RETURN_IF_ERROR(c.connection_->Stub().status());
   c.token_ = token;
   c.timeout_ = absl::Seconds(g.timeout_s);
-  c.stub_ = CoordinatorService::NewStub(channel);
   return c;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/coordinator_address.h"
 #include "common/job_metric.h"
 #include "common/rpc.h"
 #include "common/status.h"
@@ -39,6 +40,9 @@ struct GlobalFlags {
 // else the file named by --coordinator_file, else $PS_COORDINATOR, else the
 // local cluster's run directory (its coordinator file); the token
 // from --token_file, else $PS_TOKEN, else the run directory's token file.
+// An address from a file is followed: when the coordinator is unreachable
+// the file is read again, so that a coordinator restarted at another
+// address is found (`wait` keeps following a job through it).
 class Client {
  public:
   // Errors: those of reading the address or token files, and of making the
@@ -51,24 +55,39 @@ class Client {
   absl::Status Call(grpc::Status (CoordinatorService::Stub::*method)(
                         grpc::ClientContext*, const Req&, Resp*),
                     const Req& req, Resp* resp) {
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, timeout_, token_);
-    absl::Status s = FromGrpcStatus(((*stub_).*method)(&ctx, req, resp));
-    if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
-      return absl::UnavailableError(absl::StrCat(
-          "coordinator at ", address_, " is unreachable: ", s.message()));
+    absl::Status s;
+    // A second try only where the coordinator moved (Refresh found a new
+    // address in its file).
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      PS_ASSIGN_OR_RETURN(std::shared_ptr<CoordinatorService::Stub> stub,
+                          connection_->Stub());
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, timeout_, token_);
+      s = FromGrpcStatus(((*stub).*method)(&ctx, req, resp));
+      if (!IsRetryable(s) || !connection_->Refresh()) break;
+    }
+    if (IsRetryable(s)) {
+      return absl::UnavailableError(
+          absl::StrCat("coordinator at ", connection_->Describe(),
+                       " is unreachable: ", s.message()));
     }
     return s;
   }
 
-  CoordinatorService::Stub& stub() { return *stub_; }
-  const std::string& address() const { return address_; }
+  // The stub to the coordinator's current address.
+  absl::StatusOr<std::shared_ptr<CoordinatorService::Stub>> Stub() {
+    return connection_->Stub();
+  }
+  // After a call found the coordinator unreachable: whether it moved (its
+  // file names another address, now in use).
+  bool Refresh() { return connection_->Refresh(); }
+  std::string address() const { return connection_->address(); }
   const std::string& token() const { return token_; }
 
  private:
-  std::string address_, token_;
+  std::string token_;
   absl::Duration timeout_;
-  std::unique_ptr<CoordinatorService::Stub> stub_;
+  std::unique_ptr<CoordinatorConnection> connection_;
 };
 
 // The job's record, every metric point and its events (compare).

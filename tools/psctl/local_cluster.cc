@@ -180,8 +180,12 @@ std::string DefaultBinDir() {
   return dir.string();
 }
 
+std::string RecordedCoordinatorFile(const std::string& run_dir) {
+  return run_dir + "/coordinator.addr";
+}
+
 absl::StatusOr<std::string> RecordedCoordinator(const std::string& run_dir) {
-  std::ifstream in(run_dir + "/coordinator.addr");
+  std::ifstream in(RecordedCoordinatorFile(run_dir));
   std::string addr;
   if (!(in >> addr)) {
     return absl::UnavailableError(absl::StrCat(

@@ -78,6 +78,8 @@ std::vector<ProcessInfo> ClusterProcesses(const std::string& run_dir);
 // The coordinator address recorded in run_dir; UNAVAILABLE if none (no
 // cluster is up there).
 absl::StatusOr<std::string> RecordedCoordinator(const std::string& run_dir);
+// The file it is recorded in (the coordinator's --coordinator_file).
+std::string RecordedCoordinatorFile(const std::string& run_dir);
 
 // The directory holding the daemon binaries, given psctl's own path.
 std::string DefaultBinDir();

@@ -143,9 +143,16 @@ int WaitForJob(Client& client, const std::string& job_id) {
       ctx.AddMetadata(kTokenMetadataKey, client.token());
     WatchJobRequest req;
     req.set_job_id(job_id);
-    auto reader = client.stub().WatchJob(&ctx, req);
+    absl::StatusOr<std::shared_ptr<CoordinatorService::Stub>> stub =
+        client.Stub();
+    if (!stub.ok()) {
+      if (tty) std::printf("\n");
+      return Fail(stub.status());
+    }
+    auto reader = (*stub)->WatchJob(&ctx, req);
     JobRecord r;
     while (reader->Read(&r)) {
+      attempt = 0;  // 30 tries in a row without an answer give up
       last = r;
       if (live.empty()) live = LatestValues({}, ShownMetrics(r.spec()));
       if (r.state() != PENDING &&
@@ -184,7 +191,9 @@ int WaitForJob(Client& client, const std::string& job_id) {
       if (tty) std::printf("\n");
       return Fail(s);
     }
-    absl::SleepFor(absl::Seconds(1));  // coordinator restarting: re-watch
+    // The coordinator restarts (at its address, or at one its file names
+    // now): watch again there.
+    if (!client.Refresh()) absl::SleepFor(absl::Seconds(1));
   }
   if (tty) std::printf("\n");
   std::printf("%s\n", FinalLine(client, job_id, last).c_str());

@@ -79,6 +79,8 @@ MetricValues Values(const std::vector<MetricPoint>& points,
     const double best = BestOf(metric, *p);
     if (IsBetter(metric, best, v.best_value)) v.best_value = best;
     v.final_value = p->value();
+    v.final_model = p->final_model();
+    v.last_time_s = p->time_ms() / 1000.0;
     v.evaluations += static_cast<int64_t>(Weight(*p));
   }
   return v;
@@ -384,10 +386,11 @@ std::string FormatMetricValues(const MetricValues& v) {
   if (v.evaluations == 0) {
     return absl::StrCat(v.metric->label, " - (no evaluation yet)");
   }
-  return absl::StrFormat("%s %.4f (best %.4f, %s; %d evaluation%s)",
+  return absl::StrFormat("%s %.4f (best %.4f, %s; %d evaluation%s%s)",
                          v.metric->label, v.final_value, v.best_value,
                          Direction(*v.metric), v.evaluations,
-                         v.evaluations == 1 ? "" : "s");
+                         v.evaluations == 1 ? "" : "s",
+                         v.final_model ? ", the last of the final model" : "");
 }
 
 std::string FormatTargetProgress(const JobSummary& s) {

@@ -89,6 +89,10 @@ struct MetricValues {
   double final_value = std::numeric_limits<double>::quiet_NaN();
   double best_value = std::numeric_limits<double>::quiet_NaN();
   int64_t evaluations = 0;
+  // The last evaluation is of the job's final model (MetricPoint.
+  // final_model), taken at last_time_s since the job started.
+  bool final_model = false;
+  double last_time_s = 0;
 };
 
 struct JobSummary {

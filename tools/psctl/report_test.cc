@@ -211,6 +211,16 @@ TEST(Report, StatusLinesInTheSpecsTarget) {
   EXPECT_EQ(FormatMetricValues(none), "test accuracy - (no evaluation yet)");
 }
 
+TEST(Report, TheLastEvaluationOfTheFinalModelIsNamed) {
+  JobData j = JobWith("j", {{"test_accuracy", {0.80, 0.86}}});
+  for (MetricPoint& p : j.points) p.set_final_model(p.value() > 0.85);
+  const JobSummary s = Summarize(j);
+  EXPECT_TRUE(s.values.final_model);
+  EXPECT_EQ(FormatMetricValues(s.values),
+            "test accuracy 0.8600 (best 0.8600, higher is better; 2 "
+            "evaluations, the last of the final model)");
+}
+
 TEST(Report, ComparisonMetricOfTheJobs) {
   JobData bsp = JobWith("bsp", {{"test_auc", {0.7}}, {"test_logloss", {0.5}}});
   JobData asp = JobWith("asp", {{"test_auc", {0.7}}, {"test_logloss", {0.5}}});
