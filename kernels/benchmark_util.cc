@@ -19,6 +19,7 @@
 namespace ps::kernels::bench {
 
 int blas_threads = 1;
+int64_t batch_size = 128;
 
 int BenchmarkMain(int argc, char** argv) {
   bool blas_check = true;
@@ -38,9 +39,17 @@ int BenchmarkMain(int argc, char** argv) {
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     constexpr char kFlag[] = "--blas_threads=";
+    constexpr char kBatchFlag[] = "--batch=";
     if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
       blas_threads = std::atoi(argv[i] + sizeof(kFlag) - 1);
       if (blas_threads < 1) blas_threads = 1;
+    } else if (std::strncmp(argv[i], kBatchFlag, sizeof(kBatchFlag) - 1) == 0) {
+      batch_size = std::atoll(argv[i] + sizeof(kBatchFlag) - 1);
+      if (batch_size < 1) {
+        std::fprintf(stderr, "--batch: expected a positive number, got %s\n",
+                     argv[i] + sizeof(kBatchFlag) - 1);
+        return 2;
+      }
     } else if (std::strncmp(argv[i], "--blas_check=", 13) != 0) {
       argv[kept++] = argv[i];
     }

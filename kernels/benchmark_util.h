@@ -20,16 +20,17 @@ namespace ps::kernels::bench {
 // (BenchmarkMain).
 extern int blas_threads;
 
+// The batch of the MLP step, the CNN step and the CNN's layers, from
+// --batch (BenchmarkMain; default 128).
+extern int64_t batch_size;
+
 // A benchmark binary's main(): the BLAS start-up check (kernels/
 // blas_check.h; --blas_check=false keeps OpenBLAS's own choice, otherwise a
 // fallback to generic kernels is corrected by a restart of the process),
-// --blas_threads=N (default 1), the BLAS core (blas_core) and the CPU's
-// features (blas_cpu) in the header, then Google Benchmark with the other
-// flags. Returns the process's exit code.
+// --blas_threads=N (default 1), --batch=N (default 128), the BLAS core
+// (blas_core) and the CPU's features (blas_cpu) in the header, then Google
+// Benchmark with the other flags. Returns the process's exit code.
 int BenchmarkMain(int argc, char** argv);
-
-// The batch of the MLP step and of the CNN's layers.
-constexpr int64_t kBatch = 128;
 
 // n floats uniform in [-1, 1), the same for the same seed.
 std::vector<float> RandomVector(int64_t n, uint32_t seed);

@@ -1,5 +1,6 @@
 // Layer ops at the shapes of the Fashion-MNIST CNN (5x5 convolutions 1->32
-// and 32->64 with padding 2, max-pool 2, dense 3136->256->10, batch 128):
+// and 32->64 with padding 2, max-pool 2, dense 3136->256->10, batch 128 or
+// --batch):
 // the convolutions' passes and one CNN training step. Each op is timed next
 // to its ceiling on the same backend in the same iteration (the GEMM of the
 // same shape on operands already laid out), and the medians are reported.
@@ -48,7 +49,7 @@ enum class ConvPass { kForward, kBackwardData, kBackwardFilter };
 // Args: layer (1 or 2), images per im2col block (0: the backend's choice).
 // Reports the op's GFLOP/s, the GFLOP/s of its GEMMs alone and the ratio.
 void ConvBench(benchmark::State& state, bool cuda, ConvPass pass) {
-  const ConvGeometry g = CnnConv(state.range(0), kBatch);
+  const ConvGeometry g = CnnConv(state.range(0), batch_size);
   std::unique_ptr<Backend> backend = MakeBackend(state, cuda);
   if (backend == nullptr) return;
   const int64_t rows = g.batch * g.out_pixels();
@@ -176,18 +177,18 @@ class CnnStep {
       PS_BENCH_RETURN_IF_ERROR(
           b_->Scale(0.05f, params_.back().Span<float>(kParamSizes[i])));
     }
-    images_ = Upload(*b_, RandomVector(kBatch * 784, 20));
-    std::vector<int32_t> labels(kBatch);
-    for (int64_t i = 0; i < kBatch; ++i)
+    images_ = Upload(*b_, RandomVector(batch_size * 784, 20));
+    std::vector<int32_t> labels(batch_size);
+    for (int64_t i = 0; i < batch_size; ++i)
       labels[i] = static_cast<int32_t>(i % 10);
-    labels_ = *b_->AllocateArray<int32_t>(kBatch);
+    labels_ = *b_->AllocateArray<int32_t>(batch_size);
     PS_BENCH_RETURN_IF_ERROR(
-        b_->CopyToDevice(labels.data(), labels_.data(), kBatch * 4));
+        b_->CopyToDevice(labels.data(), labels_.data(), batch_size * 4));
     for (int64_t size : {c1_.batch * c1_.out_pixels() * 32,  // conv1 out
                          p1_.out_size(),                     // pool1 out
                          c2_.batch * c2_.out_pixels() * 64,  // conv2 out
                          p2_.out_size(),                     // pool2 out
-                         kBatch * 256, kBatch * 10}) {
+                         batch_size * 256, batch_size * 10}) {
       acts_.push_back(*b_->AllocateArray<float>(size));
       dacts_.push_back(*b_->AllocateArray<float>(size));
     }
@@ -209,7 +210,7 @@ class CnnStep {
     const DeviceSpan<float> ws = ws_.Span<float>(ws_size_);
     double t = Now(*b_);
     PS_BENCH_RETURN_IF_ERROR(
-        timed(b_->Conv2DForward(c1_, images_.Span<float>(kBatch * 784),
+        timed(b_->Conv2DForward(c1_, images_.Span<float>(batch_size * 784),
                                 Param(0, 25, 32), Act(0, 32), ws),
               t));
     PS_BENCH_RETURN_IF_ERROR(
@@ -243,7 +244,7 @@ class CnnStep {
     PS_BENCH_RETURN_IF_ERROR(
         b_->BiasAdd(params_[7].Span<float>(10), Act(5, 10)));
     PS_BENCH_RETURN_IF_ERROR(
-        b_->SoftmaxCrossEntropy(Act(5, 10), labels_.Span<int32_t>(kBatch),
+        b_->SoftmaxCrossEntropy(Act(5, 10), labels_.Span<int32_t>(batch_size),
                                 loss_.Span<float>(1), DAct(5, 10)));
     // Backward.
     PS_BENCH_RETURN_IF_ERROR(b_->Gemm(Transpose::kYes, Transpose::kNo, 1.0f,
@@ -288,10 +289,10 @@ class CnnStep {
     PS_BENCH_RETURN_IF_ERROR(
         b_->BiasGrad(DAct(0, 32), grads_[1].Span<float>(32)));
     t = Now(*b_);
-    PS_BENCH_RETURN_IF_ERROR(
-        timed(b_->Conv2DBackwardFilter(c1_, images_.Span<float>(kBatch * 784),
-                                       DAct(0, 32), Grad(0, 25, 32), ws),
-              t));
+    PS_BENCH_RETURN_IF_ERROR(timed(
+        b_->Conv2DBackwardFilter(c1_, images_.Span<float>(batch_size * 784),
+                                 DAct(0, 32), Grad(0, 25, 32), ws),
+        t));
     for (int i = 0; i < 8; ++i) {  // SGD
       PS_BENCH_RETURN_IF_ERROR(
           b_->Axpy(-0.01f, grads_[i].Span<float>(kParamSizes[i]),
@@ -328,12 +329,12 @@ class CnnStep {
   }
 
   Backend* b_ = nullptr;
-  const ConvGeometry c1_ = CnnConv(1, kBatch);
-  const ConvGeometry c2_ = CnnConv(2, kBatch);
+  const ConvGeometry c1_ = CnnConv(1, batch_size);
+  const ConvGeometry c2_ = CnnConv(2, batch_size);
   const PoolGeometry p1_{
-      .batch = kBatch, .in_h = 28, .in_w = 28, .channels = 32};
+      .batch = batch_size, .in_h = 28, .in_w = 28, .channels = 32};
   const PoolGeometry p2_{
-      .batch = kBatch, .in_h = 14, .in_w = 14, .channels = 64};
+      .batch = batch_size, .in_h = 14, .in_w = 14, .channels = 64};
   std::vector<DeviceBuffer> params_, grads_, acts_, dacts_;
   DeviceBuffer images_, labels_, argmax1_, argmax2_, dpool1_, loss_, ws_;
   int64_t ws_size_ = 0;

@@ -5,7 +5,8 @@
 //
 //   bazel run -c opt //kernels:kernels_benchmark -- --blas_threads=1
 //
-// --blas_threads=N (default 1) bounds OpenBLAS's threads; --blas_check=false
+// --blas_threads=N (default 1) bounds OpenBLAS's threads; --batch=N (default
+// 128) is the CNN's batch (its layers and its step); --blas_check=false
 // keeps OpenBLAS's own choice of kernels (see kernels/blas_check.h; by
 // default a fallback to generic kernels is corrected by a restart); all
 // other flags go to Google Benchmark. The header names the BLAS core
@@ -88,6 +89,58 @@ void GemmShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_CblasSgemm)->Apply(GemmShapes)->UseRealTime();
 BENCHMARK(BM_CpuBackendGemm)->Apply(GemmShapes)->UseRealTime();
 BENCHMARK(BM_CudaBackendGemm)->Apply(GemmShapes)->UseRealTime();
+
+// cuBLAS sgemm (fp32, TF32 off) on square n x n x n shapes, to set
+// against a GPU's published fp32 peak (tools/gpu_check.sh). Launches are
+// asynchronous: each iteration runs the GEMM `reps` times and then
+// synchronises, timed by the wall clock, so all of the GPU's work is inside
+// the measurement and one synchronisation's latency is small against it.
+// Counters: the median iteration's GFLOP/s.
+void BM_CudaSgemmSquare(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::unique_ptr<Backend> backend = MakeBackend(state, /*cuda=*/true);
+  if (backend == nullptr) return;
+  DeviceBuffer a = Upload(*backend, RandomVector(n * n, 1));
+  DeviceBuffer b = Upload(*backend, RandomVector(n * n, 2));
+  DeviceBuffer c = *backend->AllocateArray<float>(n * n);
+  // About 2^32 multiply-adds per iteration at least.
+  const int64_t reps = std::max<int64_t>(1, (int64_t{1} << 32) / (n * n * n));
+  const auto gemm = [&] {
+    return backend->Gemm(Transpose::kNo, Transpose::kNo, 1.0f,
+                         a.Matrix<float>(n, n), b.Matrix<float>(n, n), 0.0f,
+                         c.Matrix<float>(n, n));
+  };
+  absl::Status s = gemm();  // cuBLAS's first call picks its kernel
+  if (s.ok()) s = backend->Synchronize();
+  if (!s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> seconds;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    for (int64_t r = 0; s.ok() && r < reps; ++r) s = gemm();
+    if (s.ok()) s = backend->Synchronize();
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!s.ok()) break;
+    state.SetIterationTime(t);
+    seconds.push_back(t);
+  }
+  if (!s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
+  state.counters["GFLOP/s"] = 2.0 * n * n * n * reps / Median(seconds) / 1e9;
+  state.counters["reps"] = static_cast<double>(reps);
+}
+
+BENCHMARK(BM_CudaSgemmSquare)
+    ->ArgName("n")
+    ->RangeMultiplier(2)
+    ->Range(1024, 8192)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // The within-5% check: each iteration runs OpenBLAS directly and then the CPU
 // backend's Gemm on the same operands, so both see the same machine load;

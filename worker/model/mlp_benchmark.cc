@@ -1,4 +1,4 @@
-// One training step of the 784-256-128-10 MLP at batch 128 (the
+// One training step of the 784-256-128-10 MLP at batch 128 (--batch; the
 // Fashion-MNIST MLP configs' model, the MlpSpec shorthand through the layer
 // model of layer_model.h, as a worker trains it), and the same step with the
 // first layer's weight in the step pipeline's two row blocks in alternation
@@ -8,8 +8,8 @@
 //   bazel-bin/worker/model/mlp_benchmark --blas_threads=1
 //
 // Flags as kernels_benchmark's (kernels/benchmark_util.h BenchmarkMain):
-// --blas_threads=N, --blas_check=false, the rest to Google Benchmark. CUDA
-// cases report an error where no GPU works.
+// --blas_threads=N, --batch=N, --blas_check=false, the rest to Google
+// Benchmark. CUDA cases report an error where no GPU works.
 
 #include <algorithm>
 #include <chrono>
@@ -30,7 +30,7 @@ namespace {
 using kernels::Backend;
 using kernels::DeviceBuffer;
 using kernels::Transpose;
-using kernels::bench::kBatch;
+using kernels::bench::batch_size;
 using kernels::bench::MakeBackend;
 using kernels::bench::Median;
 using kernels::bench::RandomVector;
@@ -46,23 +46,23 @@ absl::Status StepGemms(Backend& backend, const std::vector<DeviceBuffer>& acts,
   for (int i = 0; i < layers; ++i) {  // forward
     absl::Status s =
         backend.Gemm(Transpose::kNo, Transpose::kNo, 1.0f,
-                     acts[i].Matrix<float>(kBatch, kLayers[i]),
+                     acts[i].Matrix<float>(batch_size, kLayers[i]),
                      weights[i].Matrix<float>(kLayers[i], kLayers[i + 1]), 0.0f,
-                     acts[i + 1].Matrix<float>(kBatch, kLayers[i + 1]));
+                     acts[i + 1].Matrix<float>(batch_size, kLayers[i + 1]));
     if (!s.ok()) return s;
   }
   for (int i = layers - 1; i >= 0; --i) {  // backward
     absl::Status s =
         backend.Gemm(Transpose::kYes, Transpose::kNo, 1.0f,
-                     acts[i].Matrix<float>(kBatch, kLayers[i]),
-                     delta.Matrix<float>(kBatch, kLayers[i + 1]), 0.0f,
+                     acts[i].Matrix<float>(batch_size, kLayers[i]),
+                     delta.Matrix<float>(batch_size, kLayers[i + 1]), 0.0f,
                      out.Matrix<float>(kLayers[i], kLayers[i + 1]));
     if (!s.ok()) return s;
     if (i == 0) break;
     s = backend.Gemm(Transpose::kNo, Transpose::kYes, 1.0f,
-                     delta.Matrix<float>(kBatch, kLayers[i + 1]),
+                     delta.Matrix<float>(batch_size, kLayers[i + 1]),
                      weights[i].Matrix<float>(kLayers[i], kLayers[i + 1]), 0.0f,
-                     out.Matrix<float>(kBatch, kLayers[i]));
+                     out.Matrix<float>(batch_size, kLayers[i]));
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -96,18 +96,20 @@ std::unique_ptr<TrainableModel> MakeMlp(benchmark::State& state,
   return *std::move(model);
 }
 
-// A batch of kBatch random examples, labels 0..9 in turn.
+// A batch of batch_size random examples, labels 0..9 in turn.
 Batch MakeBatch() {
-  const std::vector<float> images = RandomVector(kBatch * kLayers[0], 3);
+  const std::vector<float> images = RandomVector(batch_size * kLayers[0], 3);
   Batch batch;
-  batch.size = static_cast<int>(kBatch);
+  batch.size = static_cast<int>(batch_size);
   batch.example_size = kLayers[0];
-  batch.buffer =
-      HeapHostBuffer(images.size() * sizeof(float) + kBatch * sizeof(int32_t));
+  batch.buffer = HeapHostBuffer(images.size() * sizeof(float) +
+                                batch_size * sizeof(int32_t));
   float* x = static_cast<float*>(batch.buffer.data());
   std::copy(images.begin(), images.end(), x);
   int32_t* labels = reinterpret_cast<int32_t*>(x + images.size());
-  for (int64_t i = 0; i < kBatch; ++i) labels[i] = static_cast<int32_t>(i % 10);
+  for (int64_t i = 0; i < batch_size; ++i) {
+    labels[i] = static_cast<int32_t>(i % 10);
+  }
   return batch;
 }
 
@@ -131,14 +133,15 @@ void MlpStep(benchmark::State& state, bool cuda) {
   // both halves see the same machine load.
   std::vector<DeviceBuffer> acts, weights;
   for (int64_t size : kLayers) {
-    acts.push_back(Upload(*backend, RandomVector(kBatch * size, 4)));
+    acts.push_back(Upload(*backend, RandomVector(batch_size * size, 4)));
   }
   for (size_t i = 0; i + 1 < kLayers.size(); ++i) {
     weights.push_back(
         Upload(*backend, RandomVector(kLayers[i] * kLayers[i + 1], 5)));
   }
-  DeviceBuffer delta = Upload(*backend, RandomVector(kBatch * 256, 6));
-  DeviceBuffer out = *backend->AllocateArray<float>(784 * 256);
+  DeviceBuffer delta = Upload(*backend, RandomVector(batch_size * 256, 6));
+  DeviceBuffer out =
+      *backend->AllocateArray<float>(std::max<int64_t>(784, batch_size) * 256);
   const int reps = static_cast<int>(std::min<int64_t>(state.iterations(), 500));
   using Clock = std::chrono::steady_clock;
   std::vector<double> step_s, gemm_s;
