@@ -195,6 +195,18 @@ absl::StatusOr<std::string> RecordedCoordinator(const std::string& run_dir) {
   return addr;
 }
 
+absl::StatusOr<std::string> RecordedDashboard(const std::string& run_dir,
+                                              bool https) {
+  std::ifstream in(run_dir + "/ports/dashboard.port");
+  int port = 0;
+  if (!(in >> port) || port <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("no dashboard in ", run_dir,
+                     " (`psctl cluster up --dashboard_port 0` starts one)"));
+  }
+  return absl::StrCat(https ? "https" : "http", "://127.0.0.1:", port, "/");
+}
+
 std::vector<ProcessInfo> ClusterProcesses(const std::string& run_dir) {
   std::vector<ProcessInfo> out;
   std::error_code ec;
@@ -356,6 +368,11 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
       "--coordinator_file=" + coord_file,
       "--data_dir=" + o.run_dir + "/data/coordinator",
       "--token_file=" + token_file};
+  const std::string dashboard_port_file = o.run_dir + "/ports/dashboard.port";
+  if (o.dashboard_port >= 0) {
+    argv.push_back(absl::StrCat("--http_port=", o.dashboard_port));
+    argv.push_back("--http_port_file=" + dashboard_port_file);
+  }
   argv.insert(argv.end(), tls_flags.begin(), tls_flags.end());
   argv.insert(argv.end(), o.coordinator_flags.begin(),
               o.coordinator_flags.end());
@@ -367,6 +384,13 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
       WaitForPortFile(coord_port_file, *pid, coordinator_log, deadline);
   if (!port.ok()) return fail(Annotate(port.status(), "coordinator"));
   const std::string address = "127.0.0.1:" + Trim(*port);
+  if (o.dashboard_port >= 0) {  // written before the gRPC port file
+    if (absl::StatusOr<std::string> dashboard = WaitForPortFile(
+            dashboard_port_file, *pid, coordinator_log, deadline);
+        !dashboard.ok()) {
+      return fail(Annotate(dashboard.status(), "coordinator dashboard"));
+    }
+  }
   // The coordinator publishes its address in coord_file (atomically, as
   // <file>.tmp renamed) right after its port file; the servers and workers
   // follow that file. psctl does not write it too: two writers of the same

@@ -7,6 +7,7 @@
 //   <run_dir>/ports/<name>.port, <run_dir>/data/<name>/
 //   <run_dir>/cmd/<name>         the daemon's command line (supervisor.h)
 //   <run_dir>/supervisor.pid, <run_dir>/events.log   with --restart
+//   <run_dir>/ports/dashboard.port   the coordinator's web dashboard, if on
 #ifndef PS_TOOLS_PSCTL_LOCAL_CLUSTER_H_
 #define PS_TOOLS_PSCTL_LOCAL_CLUSTER_H_
 
@@ -32,6 +33,9 @@ struct LocalClusterOptions {
   absl::Duration start_timeout = absl::Seconds(60);
   // Extra flags per daemon kind, e.g. {"--heartbeat_interval_ms=200"}.
   std::vector<std::string> coordinator_flags, server_flags, worker_flags;
+  // The coordinator's web dashboard (its --http_port): 0 a free port, -1
+  // off.
+  int dashboard_port = -1;
   // TLS for every daemon (--tls_cert/--tls_key/--tls_ca passed to each) and
   // for psctl's own start-up wait; off when empty. One certificate serves as
   // both server and client identity on this machine.
@@ -80,6 +84,11 @@ std::vector<ProcessInfo> ClusterProcesses(const std::string& run_dir);
 absl::StatusOr<std::string> RecordedCoordinator(const std::string& run_dir);
 // The file it is recorded in (the coordinator's --coordinator_file).
 std::string RecordedCoordinatorFile(const std::string& run_dir);
+
+// The dashboard's address recorded in run_dir, "http(s)://127.0.0.1:PORT/";
+// UNAVAILABLE if the cluster runs none.
+absl::StatusOr<std::string> RecordedDashboard(const std::string& run_dir,
+                                              bool https);
 
 // The directory holding the daemon binaries, given psctl's own path.
 std::string DefaultBinDir();

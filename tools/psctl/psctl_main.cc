@@ -319,6 +319,18 @@ int ClusterUpCommand(const Flags& f) {
   if (!addr.ok()) return Fail(addr.status());
   std::printf("cluster up: coordinator %s, logs in %s/logs\n", addr->c_str(),
               f.g.run_dir.c_str());
+  if (up_opts.dashboard_port >= 0) {
+    absl::StatusOr<std::string> url =
+        RecordedDashboard(f.g.run_dir, !up_opts.tls.cert_file.empty());
+    if (!url.ok()) return Fail(url.status());
+    // As Jupyter does: the link carries the token (run_dir/token, 0600).
+    absl::StatusOr<std::string> token =
+        ReadClusterToken(f.g.run_dir + "/token", /*env_token=*/nullptr);
+    std::printf("dashboard: %s%s\n", url->c_str(),
+                token.ok() && !token->empty()
+                    ? absl::StrCat("?token=", *token).c_str()
+                    : "");
+  }
   return kOk;
 }
 
@@ -587,6 +599,11 @@ std::vector<LocalCommand> AddClusterCommands(CLI::App& app, Flags& f) {
                  "--wait_spin_us=0 first (a --worker_flag overrides it)");
   up->add_option("--server_flag", f.server_flags,
                  "Extra flag for every server (repeatable)");
+  up->add_option("--dashboard_port", f.up.dashboard_port,
+                 "The coordinator's web dashboard (a page and its JSON API, "
+                 "behind the cluster token): 0 picks a free port, -1 off; "
+                 "its address is printed")
+      ->capture_default_str();
   up->add_option("--coordinator_flag", f.coordinator_flags,
                  "Extra flag for the coordinator (repeatable)");
   up->add_option("--restart", f.restart,

@@ -27,6 +27,7 @@ const ui = {
   // a finished job's are not fetched again.
   jobMetrics: new Map(),
   charts: {},
+  drawnFinal: '',  // the finished job whose view is drawn
 };
 
 async function api(path) {
@@ -223,6 +224,7 @@ function setLines(id, xLabel, yLabel, groups) {
   if (!c) return;
   c.data.datasets = groups.map((g, i) => ({
     label: g.label, data: g.data, showLine: true,
+    pointRadius: g.data.length > 150 ? 0 : 2,
     borderColor: COLORS[i % COLORS.length],
     backgroundColor: COLORS[i % COLORS.length],
   }));
@@ -277,8 +279,12 @@ function summary(j) {
 async function renderJob() {
   if (!ui.job) { $('job-view').hidden = true; return; }
   const id = encodeURIComponent(ui.job);
+  const listed = ui.jobs.find((j) => j.job_id === ui.job);
+  // A finished job's view, once drawn, does not change.
+  if (listed && TERMINAL.has(listed.state) && ui.drawnFinal === ui.job) return;
+  const series = [...METRICS.map((m) => m.point), 'train_loss', ...STEP_PARTS];
   const [job, metrics, events, explain] = await Promise.all([
-    api(`api/jobs/${id}`), api(`api/jobs/${id}/metrics`),
+    api(`api/jobs/${id}`), api(`api/jobs/${id}/metrics?names=${series}`),
     api(`api/jobs/${id}/events`),
     api(`api/jobs/${id}/explain`).catch((e) => ({text: String(e)})),
   ]);
@@ -344,8 +350,15 @@ async function renderJob() {
       tables.set(t.name, s);
     }
   }
-  fill('tables', [...tables.values()], (tr, t) => {
+  const rows = [...tables.values()];
+  if (!rows.length) {
+    rows.push({name: (explain.shards || []).length
+                   ? 'none: every parameter is dense'
+                   : 'no shard answered (the job is not running)'});
+  }
+  fill('tables', rows, (tr, t) => {
     cell(tr, t.name);
+    if (t.rows === undefined) return;
     cell(tr, fmt(t.rows), 'num');
     cell(tr, fmt(t.bytes), 'num');
     cell(tr, t.capacity > 0 ? fmt(t.capacity) : 'unbounded', 'num');
@@ -364,6 +377,7 @@ async function renderJob() {
     cell(tr, e.message);
   });
   $('explain').textContent = explain.text || '';
+  ui.drawnFinal = TERMINAL.has(job.state) ? job.job_id : '';
 }
 
 function selectJob(id) {
