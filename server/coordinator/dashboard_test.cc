@@ -404,6 +404,61 @@ TEST_F(DashboardTest, OverHttp) {
   EXPECT_EQ(post->get_header_value("Allow"), "GET");
 }
 
+// HTTPS with the cluster's certificates, and mutual TLS with --tls_ca:
+// throwaway certificates made with openssl (skipped without it).
+TEST_F(DashboardTest, OverHttpsWithClientCertificates) {
+  const std::string c = dir_ + "/certs";
+  std::filesystem::create_directories(c);
+  const std::string make = absl::StrCat(
+      "cd '", c, "' && command -v openssl >/dev/null && ",
+      "printf 'subjectAltName = DNS:localhost, IP:127.0.0.1\\n",
+      "extendedKeyUsage = serverAuth, clientAuth\\n' > node.ext && ",
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj '/CN=ps ca' ",
+      "-keyout ca.key -out ca.pem 2>/dev/null && ",
+      "openssl req -newkey rsa:2048 -nodes -keyout node.key -subj ",
+      "'/CN=localhost' -out node.csr 2>/dev/null && ",
+      "openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key ",
+      "-CAcreateserial -days 1 -out node.pem -extfile node.ext 2>/dev/null");
+  if (std::system(make.c_str()) != 0) {
+    GTEST_SKIP() << "openssl cannot make test certificates here";
+  }
+  DashboardServerOptions options;
+  options.tls.cert_file = c + "/node.pem";
+  options.tls.key_file = c + "/node.key";
+  options.tls.ca_file = c + "/ca.pem";
+  auto server = DashboardServer::Start(dashboard_.get(), options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  EXPECT_EQ((*server)->url(), absl::StrCat("https://127.0.0.1:", port, "/"));
+
+  httplib::SSLClient with_cert("127.0.0.1", port, c + "/node.pem",
+                               c + "/node.key");
+  with_cert.set_ca_cert_path((c + "/ca.pem").c_str());
+  with_cert.enable_server_certificate_verification(true);
+  with_cert.set_connection_timeout(5, 0);
+  with_cert.set_read_timeout(5, 0);
+  auto ok = with_cert.Get("/api/jobs", {{"X-PS-Token", kToken}});
+  ASSERT_TRUE(ok) << httplib::to_string(ok.error());
+  EXPECT_EQ(ok->status, 200);
+  auto no_token = with_cert.Get("/api/jobs");
+  ASSERT_TRUE(no_token);
+  EXPECT_EQ(no_token->status, 401);
+
+  httplib::SSLClient without_cert("127.0.0.1", port);
+  without_cert.set_ca_cert_path((c + "/ca.pem").c_str());
+  without_cert.enable_server_certificate_verification(true);
+  without_cert.set_connection_timeout(5, 0);
+  without_cert.set_read_timeout(5, 0);
+  auto refused = without_cert.Get("/api/jobs", {{"X-PS-Token", kToken}});
+  EXPECT_FALSE(refused && refused->status == 200);
+
+  httplib::Client plain("127.0.0.1", port);
+  plain.set_connection_timeout(5, 0);
+  plain.set_read_timeout(5, 0);
+  auto plaintext = plain.Get("/api/jobs", {{"X-PS-Token", kToken}});
+  EXPECT_FALSE(plaintext && plaintext->status == 200);
+}
+
 TEST_F(DashboardTest, PortInUseIsUnavailable) {
   auto first = DashboardServer::Start(dashboard_.get(), {});
   ASSERT_TRUE(first.ok());
