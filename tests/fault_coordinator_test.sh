@@ -95,7 +95,8 @@ psctl events "$JOB" >"$T/events_after.txt"
 lost=$( (grep -vxFf "$T/events_after.txt" "$T/events_before.txt" || true) | wc -l)
 ((lost == 0)) || fail "$lost events lost"
 [[ $(state_of "$DONE") == SUCCEEDED ]] || fail "the finished job's state changed"
-psctl metrics "$DONE" --format csv | cmp -s - "$T/done_before.csv" ||
-  fail "the finished job's metrics changed"
+psctl metrics "$DONE" --format csv >"$T/done_after.csv"
+cmp -s "$T/done_after.csv" "$T/done_before.csv" ||
+  fail "the finished job's metrics changed: $(diff "$T/done_before.csv" "$T/done_after.csv" | head -n 20)"
 echo "no acknowledged metric row ($(grep -c . "$T/before.csv")) or event ($(grep -c . "$T/events_before.txt")) lost"
 echo "PASS"

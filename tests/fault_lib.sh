@@ -149,3 +149,14 @@ check_leftover_counts() {
       fail "trained $trained + skipped $skipped is not $total"
   fi
 }
+
+# Restarts daemon NAME (worker-0, server-1, coordinator) with the command
+# line `psctl cluster up` recorded for it ($RUN/cmd/NAME, one argument a
+# line), as a user or an init system would: a daemon started on --port=0
+# comes back on another port.
+restart_from_cmd() {
+  local name=$1 argv
+  mapfile -t argv <"$RUN/cmd/$name"
+  "${argv[@]}" >>"$RUN/logs/$name.log" 2>&1 &
+  echo $! >"$RUN/pids/$name.pid"
+}

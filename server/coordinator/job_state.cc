@@ -93,6 +93,12 @@ JobRecord Snapshot(const Job& job) {
   }
   r.set_examples_trained(trained * batch);
   r.set_examples_total(steps * r.num_data_shards() * batch);
+  // The job's epochs are its data's: a survivor's clock runs past an
+  // epoch's steps while it trains a departed worker's batches.
+  if (r.steps_per_epoch() > 0 && r.num_data_shards() > 0) {
+    r.set_epoch(static_cast<double>(trained) /
+                static_cast<double>(r.steps_per_epoch() * r.num_data_shards()));
+  }
   return r;
 }
 

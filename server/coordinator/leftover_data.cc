@@ -261,6 +261,8 @@ void TakeBackRankData(JobTable& table, Job& job, WorkerSlot& back,
   }
   back.set_plan_start(back.start_step());
   SetShards(back);
+  r.set_total_steps(std::max(r.total_steps(),
+                             PlanEnd(back.plan_start(), back.plan(), steps)));
 }
 
 }  // namespace ps::coordinator

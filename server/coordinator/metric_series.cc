@@ -20,7 +20,8 @@ void MetricSeriesSet::Add(const MetricPoint& p) {
   q.value = p.value();
   q.epoch = p.epoch();
   // A point merged elsewhere (none is reported so today) keeps its weight.
-  q.merged = std::max<int64_t>(1, p.merged());
+  q.merged = static_cast<int32_t>(std::max<int64_t>(1, p.merged()));
+  q.final_model = p.final_model();
   q.min_value = q.merged > 1 ? p.min_value() : p.value();
   q.max_value = q.merged > 1 ? p.max_value() : p.value();
   points.push_back(q);
@@ -41,6 +42,7 @@ MetricSeriesSet::Point MetricSeriesSet::Merge(const Point& a, const Point& b) {
   Point m;
   m.seq = std::min(a.seq, b.seq);
   m.merged = a.merged + b.merged;
+  m.final_model = b.final_model;  // the newer point's
   m.value = mean(a.value, b.value);
   m.epoch = mean(a.epoch, b.epoch);
   m.step = std::llround(
@@ -74,7 +76,7 @@ void MetricSeriesSet::Thin(std::vector<Point>& points) {
     }
     if (!equal) {
       for (size_t i = 1; i + 1 < end; ++i) {
-        lightest = std::min(lightest, points[i].merged + points[i + 1].merged);
+        lightest = std::min<int64_t>(lightest, points[i].merged + points[i + 1].merged);
       }
       if (lightest == std::numeric_limits<int64_t>::max()) return;  // no pair
     }
@@ -126,6 +128,7 @@ std::vector<MetricPoint> MetricSeriesSet::Points(
       p.set_time_ms(q.time_ms);
       p.set_value(q.value);
       p.set_epoch(q.epoch);
+      p.set_final_model(q.final_model);
       if (q.merged > 1) {
         p.set_merged(q.merged);
         p.set_min_value(q.min_value);

@@ -67,7 +67,8 @@ class MetricSeriesSet {
     int64_t seq = 0;  // its place among the points added (the first's)
     int64_t step = 0;
     int64_t time_ms = 0;
-    int64_t merged = 1;
+    int32_t merged = 1;
+    bool final_model = false;  // MetricPoint.final_model
     double value = 0;
     double epoch = 0;
     double min_value = 0;

@@ -39,6 +39,18 @@ TEST(MetricSeries, ShortSeriesAreKeptAsReported) {
   EXPECT_EQ(set.size(), 16);
 }
 
+TEST(MetricSeries, AnEvaluationOfTheFinalModelStaysMarked) {
+  MetricSeriesSet set(16);
+  set.Add(Point("test_accuracy", 1, 100, 0.8));
+  MetricPoint last = Point("test_accuracy", 1, 200, 0.85);
+  last.set_final_model(true);
+  set.Add(last);
+  const std::vector<MetricPoint> points = set.Points();
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_FALSE(points[0].final_model());
+  EXPECT_TRUE(points[1].final_model());
+}
+
 TEST(MetricSeries, APastTheCapSeriesKeepsItsFirstAndLastPointsAndTheCap) {
   for (int cap : {8, 16, 100, 4096}) {
     MetricSeriesSet set(cap);

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_plan.h"
+#include "server/coordinator/leftover_data.h"
 
 namespace ps::coordinator {
 
@@ -104,14 +106,41 @@ void ApplyRollback(JobTable& table, Job& job, int64_t incarnation,
   // its final model is to be taken again.
   job.record.set_final_evaluation(false);
   job.record.set_final_evaluation_epoch(0);
+  const ConsistencySpec::Model model =
+      job.record.spec().consistency().model();
+  const bool asynchronous =
+      model == ConsistencySpec::ASP || model == ConsistencySpec::SSP;
+  const bool plans = UsesPlans(job.record);
   for (WorkerSlot& slot : *job.record.mutable_slots()) {
     if (!slot.active()) continue;
     slot.set_done(false);
-    slot.set_start_step(rollback.start_step);
+    // A worker that joined after the restored step has no batch before its
+    // plan's start: without a barrier to keep in step with (ASP, SSP) it
+    // starts there, instead of training its first batch again until then.
+    // (Under BSP it keeps the barrier's step and does.)
+    const int64_t start =
+        asynchronous && plans
+            ? std::max(rollback.start_step, slot.plan_start())
+            : rollback.start_step;
+    slot.set_start_step(start);
     WorkerRuntime& rt = job.runtime[slot.member_id()];
-    rt.clock = rollback.start_step;
+    rt.clock = start;
     rt.clock_changed_ms = now;
     rt.samples.clear();
+  }
+  // A worker that left after the restored step had its batches from there
+  // undone too: they go to the others (or are skipped and counted) as a
+  // departed worker's data does, so that every batch is in the model once.
+  if (plans) {
+    const int64_t steps = JobShardSteps(job.record);
+    for (WorkerSlot& slot : *job.record.mutable_slots()) {
+      if (slot.active() || slot.leftover_pending() || steps <= 0 ||
+          PlanEnd(slot.plan_start(), slot.plan(), steps) <=
+              rollback.start_step) {
+        continue;
+      }
+      MoveLeftoverData(table, job, slot, rollback.start_step, writes);
+    }
   }
   for (ShardSync& sh : job.shards) {
     sh.needs_check = false;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_plan.h"
 #include "common/fake_clock.h"
 #include "server/coordinator/test_fakes.h"
 
@@ -183,6 +184,61 @@ TEST_F(ReconcilerTest, ARollbackRestartsEveryWorkerAtTheRestoredStep) {
   }
   EXPECT_EQ(EventKinds(job), (std::vector<std::string>{"rollback"}));
   EXPECT_EQ(job.events[0].message(), "shard(s) 1 restarted");
+}
+
+DataSegment Segment(int shard, int64_t first, int64_t end) {
+  DataSegment d;
+  d.set_data_shard(shard);
+  d.set_first_batch(first);
+  d.set_end_batch(end);
+  return d;
+}
+
+// Under ASP, with data plans: a finished worker trains the undone steps
+// again, a worker that joined after the restored step starts at its plan's
+// start (not at its first batch again and again), and the batches a
+// departed worker trained after it go to the others.
+TEST_F(ReconcilerTest, ARollbackUndoesEveryWorkersStepsAfterIt) {
+  Job& job = Running(2);
+  JobRecord& r = job.record;
+  r.mutable_spec()->mutable_consistency()->set_model(ConsistencySpec::ASP);
+  r.set_shard_steps(100);
+  r.set_steps_per_epoch(50);
+  r.set_num_data_shards(3);
+  r.set_final_evaluation(true);
+  WorkerSlot& done = *r.mutable_slots(0);  // trained all of shard 0
+  done.set_done(true);
+  *done.add_plan() = Segment(0, 0, 100);
+  WorkerSlot& joined = *r.mutable_slots(1);  // rejoined at step 80
+  joined.set_plan_start(80);
+  *joined.add_plan() = Segment(1, 60, 100);
+  WorkerSlot& gone = *r.add_slots();  // left at step 70
+  gone.set_member_id(3);
+  gone.set_rank(2);
+  *gone.add_plan() = Segment(2, 0, 70);
+  job.runtime[1].clock = 100;
+  job.runtime[2].clock = 90;
+  RollbackResult rollback;
+  rollback.version = 120;
+  rollback.start_step = 40;
+  absl::MutexLock l(&table_.mu());
+  ApplyRollback(table_, job, /*incarnation=*/1, rollback, &writes_);
+  EXPECT_FALSE(r.final_evaluation());
+  EXPECT_FALSE(r.slots(0).done());
+  EXPECT_EQ(r.slots(0).start_step(), 40);
+  EXPECT_EQ(r.slots(1).start_step(), 80);
+  EXPECT_EQ(job.runtime[2].clock, 80);
+  // Shard 2's batches 40..70 were undone: cut from the departed plan and
+  // given to the two others.
+  EXPECT_EQ(PlanEnd(r.slots(2).plan_start(), r.slots(2).plan(), 100), 40);
+  int64_t moved = 0;
+  for (int i = 0; i < 2; ++i) {
+    for (const DataSegment& d : r.slots(i).plan()) {
+      if (d.data_shard() == 2) moved += d.end_batch() - d.first_batch();
+    }
+  }
+  EXPECT_EQ(moved, 30);
+  EXPECT_TRUE(HasEvent(job, "data_moved"));
 }
 
 TEST_F(ReconcilerTest, AFailedRollbackStaysPending) {
