@@ -76,7 +76,8 @@ void MetricSeriesSet::Thin(std::vector<Point>& points) {
     }
     if (!equal) {
       for (size_t i = 1; i + 1 < end; ++i) {
-        lightest = std::min<int64_t>(lightest, points[i].merged + points[i + 1].merged);
+        lightest = std::min<int64_t>(lightest,
+                                     points[i].merged + points[i + 1].merged);
       }
       if (lightest == std::numeric_limits<int64_t>::max()) return;  // no pair
     }

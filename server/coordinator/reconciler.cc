@@ -106,8 +106,7 @@ void ApplyRollback(JobTable& table, Job& job, int64_t incarnation,
   // its final model is to be taken again.
   job.record.set_final_evaluation(false);
   job.record.set_final_evaluation_epoch(0);
-  const ConsistencySpec::Model model =
-      job.record.spec().consistency().model();
+  const ConsistencySpec::Model model = job.record.spec().consistency().model();
   const bool asynchronous =
       model == ConsistencySpec::ASP || model == ConsistencySpec::SSP;
   const bool plans = UsesPlans(job.record);
@@ -118,10 +117,9 @@ void ApplyRollback(JobTable& table, Job& job, int64_t incarnation,
     // plan's start: without a barrier to keep in step with (ASP, SSP) it
     // starts there, instead of training its first batch again until then.
     // (Under BSP it keeps the barrier's step and does.)
-    const int64_t start =
-        asynchronous && plans
-            ? std::max(rollback.start_step, slot.plan_start())
-            : rollback.start_step;
+    const int64_t start = asynchronous && plans
+                              ? std::max(rollback.start_step, slot.plan_start())
+                              : rollback.start_step;
     slot.set_start_step(start);
     WorkerRuntime& rt = job.runtime[slot.member_id()];
     rt.clock = start;
