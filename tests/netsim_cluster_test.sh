@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# A ps cluster across simulated hosts (tools/netsim): 4 network namespaces
+# with addresses 198.18.0.1-4, one bridge, every link shaped to 1 Gbit/s with
+# tbf; coordinator on h0, one ps_server on h1, two ps_workers on h2 and h3,
+# each started in its host's namespace on its host's address
+# (tools/netsim/cluster.sh), psctl run on h0 with --coordinator=ADDR.
+#  1. The coordinator and the server are registered at their hosts' addresses
+#     (psctl cluster status), both workers ALIVE.
+#  2. A short BSP Fashion-MNIST MLP job SUCCEEDS, and the workers' connections
+#     to the server run from their own addresses across the bridge.
+#  3. The link of worker host h3 is cut mid-job: the worker is evicted, the
+#     job SUCCEEDS on the survivor; restored, the worker is ALIVE again.
+#  4. After teardown no namespace (hence no veth, no bridge) of the run is
+#     left, and no daemon.
+# Skips (in test.xml, with the reason) when not root or when network
+# namespaces cannot be made. Every wait is bounded.
+#
+# By hand: PS_BIN_DIR=bazel-bin tests/netsim_cluster_test.sh
+set -uo pipefail
+export PATH=/usr/sbin:/sbin:/usr/bin:/bin:$PATH
+start_s=$SECONDS
+log() { echo "netsim_cluster_test: $(date -u +%H:%M:%S) $*"; }
+
+# Bash 5.2 would expand & in a ${var//x/y} replacement to the match.
+shopt -u patsub_replacement 2>/dev/null || true
+write_xml() {  # result(pass|skip|fail) message
+  [[ -n "${XML_OUTPUT_FILE:-}" ]] || return 0
+  local body="" msg=${2//&/&amp;}
+  msg=${msg//</&lt;}
+  msg=${msg//\"/&quot;}
+  case $1 in
+    skip) body="<skipped message=\"$msg\"/>" ;;
+    fail) body="<failure message=\"$msg\"/>" ;;
+  esac
+  cat >"$XML_OUTPUT_FILE" <<EOT
+<?xml version="1.0" encoding="UTF-8"?>
+<testsuites><testsuite name="netsim_cluster_test" tests="1" failures="$([[ $1 == fail ]] && echo 1 || echo 0)" skipped="$([[ $1 == skip ]] && echo 1 || echo 0)">
+<testcase name="ClusterAcrossNamespaces" classname="tests.netsim_cluster_test" time="$((SECONDS - start_s))">$body</testcase>
+</testsuite></testsuites>
+EOT
+}
+skip() { log "SKIPPED: $*"; write_xml skip "$*"; exit 0; }
+
+# ---- prerequisites ----------------------------------------------------------
+[[ $(id -u) -eq 0 ]] || skip "network namespaces need root; run the test as root"
+for c in ip tc unshare ss; do
+  command -v "$c" >/dev/null || skip "$c is not installed (iproute2, util-linux)"
+done
+probe="nsim-probe-$$"
+if ! err=$(ip netns add "$probe" 2>&1); then
+  skip "cannot make a network namespace (ip netns add: $err)"
+fi
+ip netns del "$probe"
+
+if [[ -n "${TEST_SRCDIR:-}" ]]; then
+  bin=$TEST_SRCDIR/${TEST_WORKSPACE:-ps}
+  tmp=$TEST_TMPDIR
+else
+  bin=$(cd "${PS_BIN_DIR:?set PS_BIN_DIR to the bazel-bin directory}" && pwd)
+  tmp=$(mktemp -d /tmp/netsim-test.XXXXXX)
+fi
+src=$(cd "$(dirname "$0")/.." && pwd)
+[[ -x $src/tools/netsim/cluster.sh ]] || src=$bin
+
+# ---- the cluster, torn down whatever happens ---------------------------------
+export NETSIM_CLUSTER_DIR=$tmp/netsim-cluster
+export NETSIM_OWNER=$$
+C=$src/tools/netsim/cluster.sh
+prefix=""
+result=fail msg="did not finish"
+finish() {
+  local rc=$?
+  trap '' INT TERM
+  "$C" down >/dev/null 2>&1 || true
+  if [[ -n $prefix ]] && ip netns list | grep -q "^$prefix-"; then
+    log "FAIL: namespaces left after teardown: $(ip netns list | grep "^$prefix-" | tr '\n' ' ')"
+    for ns in $(ip netns list | awk '{print $1}' | grep "^$prefix-"); do ip netns del "$ns"; done
+    result=fail msg="namespaces left after teardown"; rc=1
+  fi
+  if ((rc != 0)) && [[ $result == pass ]]; then result=fail msg="exit $rc"; fi
+  write_xml "$result" "$msg"
+  log "took $((SECONDS - start_s)) s"
+  exit "$rc"
+}
+trap finish EXIT
+trap 'msg="signalled"; exit 143' INT TERM
+fail() {
+  log "FAIL: $*"
+  result=fail msg="$*"
+  "$C" status 2>&1 | tail -n 20
+  [[ -n ${JOB:-} ]] && { "$C" psctl status "$JOB"; "$C" psctl events "$JOB"; } 2>&1 | tail -n 40
+  for f in "$NETSIM_CLUSTER_DIR"/logs/*.log; do echo "=== $f"; tail -n 20 "$f"; done
+  exit 1
+}
+psctl() { "$C" psctl "$@"; }
+state_of() { psctl status "$1" 2>/dev/null | awk '$1 == "state" { sub(":", "", $2); print $2 }'; }
+step_of() { psctl status "$1" 2>/dev/null | awk '$1 == "progress" { split($3, a, "/"); print a[1] }'; }
+wait_end() {  # JOB SECONDS: prints the final state
+  local end=$((SECONDS + $2)) s=""
+  while ((SECONDS < end)); do
+    s=$(state_of "$1")
+    [[ $s =~ SUCCEEDED|FAILED|CANCELLED ]] && { echo "$s"; return 0; }
+    sleep 0.5
+  done
+  echo "TIMEOUT($s)"
+  return 1
+}
+spec() {  # NAME STEPS
+  cat >"$tmp/$1.pbtxt" <<EOT
+name: "$1"
+model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
+optimizer {
+  kind: MOMENTUM learning_rate: 0.05 momentum: 0.9
+  schedule { kind: COSINE total_steps: $2 min_lr: 0.0005 }
+}
+consistency { model: BSP heartbeat_timeout_ms: 3000 barrier_timeout_ms: 60000 }
+data { batch_size: 64 max_steps: $2 eval_every_steps: 500 }
+num_workers: 2
+seed: 7
+EOT
+}
+
+"$C" up --servers 1 --workers 2 --rate 1gbit --bin_dir "$bin" \
+  --coordinator_flag=--heartbeat_interval_ms=200 \
+  --coordinator_flag=--member_timeout_ms=3000 \
+  --worker_flag=--heartbeat_interval_ms=200 \
+  --worker_flag=--report_every_steps=10 || fail "cluster.sh up failed"
+prefix=$(cat "$NETSIM_CLUSTER_DIR/net/prefix")
+"$C" net status
+
+# 1. Members at their hosts' addresses.
+st=$("$C" psctl cluster status) || fail "psctl cluster status failed"
+echo "$st"
+grep -qE '^coordinator 198\.18\.0\.1:[0-9]+: SERVING' <<<"$st" ||
+  fail "the coordinator is not at 198.18.0.1"
+grep -qE '^[0-9]+ +SERVER +198\.18\.0\.2:[0-9]+ .* ALIVE ' <<<"$st" ||
+  fail "the server is not registered at 198.18.0.2"
+(($(grep -cE '^[0-9]+ +WORKER .* ALIVE ' <<<"$st") == 2)) || fail "not two workers ALIVE"
+for h in h1 h2 h3; do
+  "$C" net exec "$h" ip route | grep -q default && fail "$h has a default route"
+done
+server=$(grep -oE '198\.18\.0\.2:[0-9]+' <<<"$st" | head -n1)
+
+# 2. A short BSP job; the workers reach the server from their own addresses.
+spec netsim_bsp 300
+JOB=$(psctl submit "$tmp/netsim_bsp.pbtxt" | head -n1)
+[[ -n $JOB ]] || fail "submit failed"
+seen=""
+end=$((SECONDS + 120))
+while ((SECONDS < end)); do
+  for h in h2 h3; do
+    a=$("$C" net addr "$h")
+    # ss prints IPv4-mapped addresses as [::ffff:a.b.c.d]:port.
+    "$C" net exec "$h" ss -tn 2>/dev/null | sed 's/\[::ffff://g; s/\]//g' |
+      grep -qE "^ESTAB .* $a:[0-9]+ +$server( |\$)" &&
+      [[ $seen != *"$h "* ]] && seen+="$h "
+  done
+  [[ $(state_of "$JOB") =~ SUCCEEDED|FAILED|CANCELLED ]] && break
+  sleep 0.2
+done
+state=$(wait_end "$JOB" 10) || true
+[[ $state == SUCCEEDED ]] || fail "job $JOB ended $state"
+psctl status "$JOB" | grep -E '^(state|progress|metric|throughput)'
+log "worker hosts seen connected to the server $server: ${seen:-none}"
+[[ $seen == *h2* && $seen == *h3* ]] ||
+  fail "the workers' connections to $server from 198.18.0.3/.4 were not seen (saw: ${seen:-none})"
+
+# 3. Cut worker host h3's link mid-job: eviction, the job SUCCEEDS; restored,
+#    the worker registers again.
+spec netsim_cut 2000
+JOB=$(psctl submit "$tmp/netsim_cut.pbtxt" | head -n1)
+end=$((SECONDS + 90))
+until s=$(step_of "$JOB"); [[ -n $s ]] && ((s >= 200)); do
+  ((SECONDS < end)) || fail "the job did not reach step 200"
+  sleep 0.2
+done
+"$C" net cut h3
+t_cut=$SECONDS
+log "cut h3 at step $(step_of "$JOB")"
+end=$((SECONDS + 60))
+until psctl events "$JOB" 2>/dev/null | grep -q evicted; do
+  ((SECONDS < end)) || fail "the cut worker was not evicted within 60 s"
+  sleep 0.5
+done
+log "evicted after $((SECONDS - t_cut)) s"
+psctl events "$JOB" | grep -E 'evicted|data_moved'
+state=$(wait_end "$JOB" 180) || true
+[[ $state == SUCCEEDED ]] || fail "job with a cut worker ended $state"
+psctl status "$JOB" | grep -E '^(state|progress|metric)'
+"$C" net restore h3
+end=$((SECONDS + 60))
+until (($(psctl cluster status 2>/dev/null | grep -cE '^[0-9]+ +WORKER .* ALIVE ') == 2)); do
+  ((SECONDS < end)) || fail "the restored worker did not come back within 60 s"
+  sleep 0.5
+done
+log "restored: both workers ALIVE after $((SECONDS - t_cut)) s from the cut"
+
+# 4. Teardown leaves nothing.
+pids=$(cat "$NETSIM_CLUSTER_DIR"/pids/*.pid)
+"$C" down || fail "cluster.sh down failed"
+left=$(ip netns list | grep "^$prefix-" || true)
+[[ -z $left ]] || fail "namespaces left: $left"
+for p in $pids; do
+  kill -0 "$p" 2>/dev/null && fail "daemon $p still runs"
+done
+[[ -d $NETSIM_CLUSTER_DIR/net ]] && fail "the simulator's state was not removed"
+log "PASS"
+result=pass msg=""
