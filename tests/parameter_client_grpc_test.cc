@@ -14,7 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/placement.h"
 #include "proto/parameter_service.grpc.pb.h"
-#include "server/parameter_service.h"
+#include "server/shard/parameter_service.h"
 #include "server/shard/shard_store.h"
 #include "worker/client/parameter_client.h"
 

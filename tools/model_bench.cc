@@ -1,7 +1,7 @@
 // A layer model's CPU step time and, with --epochs, its accuracy when
 // trained in this one process (no parameter servers): the model of a job
 // config, its tensors initialised as the shards would, updated by the
-// shards' own optimizer code (server/optimizer.h) with the config's
+// shards' own optimizer code (server/shard/optimizer.h) with the config's
 // optimizer, learning-rate schedule and weight decay, evaluated on the test
 // set after each epoch. One step here is one BSP step of the job: a batch of
 // data.batch_size x num_workers examples (the mean of the workers'
@@ -29,7 +29,7 @@
 #include "common/initializer.h"
 #include "common/model.h"
 #include "kernels/cpu_backend.h"
-#include "server/optimizer.h"
+#include "server/shard/optimizer.h"
 #include "worker/dataset.h"
 #include "worker/model/layer_model.h"
 

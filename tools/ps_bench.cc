@@ -67,7 +67,7 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "server/coordinator/shard_client.h"
-#include "server/parameter_service.h"
+#include "server/shard/parameter_service.h"
 #include "server/shard/shard_store.h"
 #include "tools/bench_worker.h"
 #include "tools/ps_bench_ceilings.h"

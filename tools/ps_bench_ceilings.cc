@@ -22,7 +22,7 @@
 #include "common/payload_codec.h"
 #include "common/placement.h"
 #include "common/rpc.h"
-#include "server/optimizer.h"
+#include "server/shard/optimizer.h"
 #include "server/shard/shard_store.h"
 #include "tools/bench_worker.h"
 

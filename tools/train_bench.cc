@@ -33,7 +33,7 @@
 #include "kernels/blas_check.h"
 #include "kernels/cpu_backend.h"
 #include "server/coordinator/shard_client.h"
-#include "server/parameter_service.h"
+#include "server/shard/parameter_service.h"
 #include "server/shard/shard_store.h"
 #include "worker/dataset.h"
 #include "worker/ps_access.h"

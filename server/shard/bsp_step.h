@@ -12,7 +12,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "server/apply_pool.h"
+#include "server/shard/apply_pool.h"
 #include "server/shard/job.h"
 #include "server/shard/push_pull.h"
 

@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "common/placement.h"
 #include "proto/config.pb.h"
-#include "server/optimizer.h"
+#include "server/shard/optimizer.h"
 #include "server/shard/table.h"
 
 namespace ps::server {

@@ -17,7 +17,7 @@
 #include "common/payload_codec.h"
 #include "common/placement.h"
 #include "gmock/gmock.h"
-#include "server/apply_pool.h"
+#include "server/shard/apply_pool.h"
 #include "server/shard/dense_gradient.h"
 #include "server/shard/shard_store.h"
 #include "server/shard/shard_test_util.h"

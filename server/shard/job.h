@@ -34,7 +34,7 @@
 #include "common/metrics.h"
 #include "common/placement.h"
 #include "proto/config.pb.h"
-#include "server/checkpoint.h"
+#include "server/shard/checkpoint.h"
 #include "server/shard/push_pull.h"
 #include "server/shard/seq_tracker.h"
 #include "server/shard/table.h"

@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "proto/parameter_service.pb.h"
-#include "server/checkpoint.h"
+#include "server/shard/checkpoint.h"
 #include "server/shard/job.h"
 
 namespace ps::server {

@@ -16,7 +16,7 @@
 #include "common/file_system.h"
 #include "common/rpc.h"
 #include "common/status.h"
-#include "server/apply_pool.h"
+#include "server/shard/apply_pool.h"
 #include "server/shard/bsp_step.h"
 #include "server/shard/job.h"
 #include "server/shard/job_checkpoint.h"

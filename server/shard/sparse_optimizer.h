@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "proto/config.pb.h"
-#include "server/optimizer.h"
+#include "server/shard/optimizer.h"
 
 namespace ps::server {
 

@@ -1,8 +1,8 @@
 // Server-side optimizers: SGD, momentum (optionally Nesterov) and Adam with
 // L2 weight decay, and the learning-rate schedule (linear warmup, then
 // constant, step or cosine). Applied per chunk by the shard store.
-#ifndef PS_SERVER_OPTIMIZER_H_
-#define PS_SERVER_OPTIMIZER_H_
+#ifndef PS_SERVER_SHARD_OPTIMIZER_H_
+#define PS_SERVER_SHARD_OPTIMIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -80,4 +80,4 @@ class Optimizer {
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_OPTIMIZER_H_
+#endif  // PS_SERVER_SHARD_OPTIMIZER_H_

@@ -1,8 +1,8 @@
 // A fixed set of threads that help one caller at a time, or several, run
 // an index loop in parallel: the BSP step close applies a shard's chunks
 // with it, so a big model's update uses more than one core.
-#ifndef PS_SERVER_APPLY_POOL_H_
-#define PS_SERVER_APPLY_POOL_H_
+#ifndef PS_SERVER_SHARD_APPLY_POOL_H_
+#define PS_SERVER_SHARD_APPLY_POOL_H_
 
 #include <cstdint>
 #include <deque>
@@ -45,4 +45,4 @@ class ApplyPool {
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_APPLY_POOL_H_
+#endif  // PS_SERVER_SHARD_APPLY_POOL_H_

@@ -1,4 +1,4 @@
-#include "server/member_id_file.h"
+#include "server/shard/member_id_file.h"
 
 #include <gtest/gtest.h>
 

@@ -13,8 +13,8 @@
 //
 // Thread-compatible free functions over a FileSystem (not owned): callers
 // serialise writers of one dir.
-#ifndef PS_SERVER_CHECKPOINT_H_
-#define PS_SERVER_CHECKPOINT_H_
+#ifndef PS_SERVER_SHARD_CHECKPOINT_H_
+#define PS_SERVER_SHARD_CHECKPOINT_H_
 
 #include <cstdint>
 #include <string>
@@ -102,4 +102,4 @@ std::vector<CheckpointSet> ListOwnCheckpoints(FileSystem* fs,
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_CHECKPOINT_H_
+#endif  // PS_SERVER_SHARD_CHECKPOINT_H_

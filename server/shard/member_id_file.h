@@ -2,8 +2,8 @@
 // restarts -- on another port, or another host sharing the directory --
 // registers under the identity the coordinator's jobs know it by
 // (JobRecord.server_members) and takes its own place again.
-#ifndef PS_SERVER_MEMBER_ID_FILE_H_
-#define PS_SERVER_MEMBER_ID_FILE_H_
+#ifndef PS_SERVER_SHARD_MEMBER_ID_FILE_H_
+#define PS_SERVER_SHARD_MEMBER_ID_FILE_H_
 
 #include <cstdint>
 #include <string>
@@ -30,4 +30,4 @@ absl::Status SaveMemberId(FileSystem* fs, const std::string& data_dir,
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_MEMBER_ID_FILE_H_
+#endif  // PS_SERVER_SHARD_MEMBER_ID_FILE_H_

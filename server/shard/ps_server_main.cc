@@ -27,8 +27,8 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
-#include "server/member_id_file.h"
-#include "server/parameter_service.h"
+#include "server/shard/member_id_file.h"
+#include "server/shard/parameter_service.h"
 #include "server/shard/shard_store.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",

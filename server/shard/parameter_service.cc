@@ -1,4 +1,4 @@
-#include "server/parameter_service.h"
+#include "server/shard/parameter_service.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "server/checkpoint.h"
+#include "server/shard/checkpoint.h"
 
 #include <zlib.h>
 

@@ -1,4 +1,4 @@
-#include "server/optimizer.h"
+#include "server/shard/optimizer.h"
 
 #include <gtest/gtest.h>
 

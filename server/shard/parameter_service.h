@@ -16,8 +16,8 @@
 // payloads are applied straight from the received slices; pulled fp32
 // weights are sent from the shard's published buffers without a copy.
 // Thread-safe.
-#ifndef PS_SERVER_PARAMETER_SERVICE_H_
-#define PS_SERVER_PARAMETER_SERVICE_H_
+#ifndef PS_SERVER_SHARD_PARAMETER_SERVICE_H_
+#define PS_SERVER_SHARD_PARAMETER_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -61,4 +61,4 @@ class ParameterServiceAdapter {
 
 }  // namespace ps::server
 
-#endif  // PS_SERVER_PARAMETER_SERVICE_H_
+#endif  // PS_SERVER_SHARD_PARAMETER_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "server/apply_pool.h"
+#include "server/shard/apply_pool.h"
 
 #include <atomic>
 #include <set>
