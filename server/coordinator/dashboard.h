@@ -45,9 +45,9 @@ struct HttpRequest {
   // Decoded query parameters; a name may repeat.
   std::multimap<std::string, std::string> query;
   // The token the client sent: the X-PS-Token header, else an
-  // "Authorization: Bearer" header, else the ps_token cookie, else the
-  // `token` query parameter (how a person opens the page). The transport
-  // fills it; `token_from_query` says it came from the query.
+  // "Authorization: Bearer" header, else the `token` query parameter (how a
+  // person opens the page), else the ps_token cookie. The transport fills
+  // it; `token_from_query` says it came from the query.
   std::string token;
   bool token_from_query = false;
 };

@@ -38,13 +38,13 @@ HttpRequest ToRequest(const httplib::Request& req) {
     r.token = req.get_header_value("X-PS-Token");
   } else if (absl::ConsumePrefix(&bearer, "Bearer ")) {
     r.token = std::string(absl::StripAsciiWhitespace(bearer));
-  } else if (std::string c =
-                 CookieValue(req.get_header_value("Cookie"), "ps_token");
-             !c.empty()) {
-    r.token = c;
   } else if (req.has_param("token")) {
+    // Before the cookie: a page opened with a new token (a cluster started
+    // again on the same port) replaces the old cookie.
     r.token = req.get_param_value("token");
     r.token_from_query = true;
+  } else {
+    r.token = CookieValue(req.get_header_value("Cookie"), "ps_token");
   }
   return r;
 }

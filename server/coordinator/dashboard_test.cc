@@ -393,6 +393,15 @@ TEST_F(DashboardTest, OverHttp) {
   ASSERT_TRUE(by_cookie);
   EXPECT_EQ(by_cookie->status, 200);
 
+  // A stale cookie (an earlier cluster's) loses to the token in the query.
+  auto fresh = client.Get(absl::StrCat("/api/jobs?token=", kToken),
+                          {{"Cookie", "ps_token=old"}});
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh->status, 200);
+  auto stale = client.Get("/api/jobs", {{"Cookie", "ps_token=old"}});
+  ASSERT_TRUE(stale);
+  EXPECT_EQ(stale->status, 401);
+
   auto unknown = client.Get("/api/jobs/nope", {{"X-PS-Token", kToken}});
   ASSERT_TRUE(unknown);
   EXPECT_EQ(unknown->status, 404);
