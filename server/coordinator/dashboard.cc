@@ -2,11 +2,16 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -98,6 +103,35 @@ absl::StatusOr<bool> ParseBool(const std::string& name,
   return absl::InvalidArgumentError(
       absl::StrCat("query parameter \"", name,
                    "\": must be true or false, got \"", value, "\""));
+}
+
+constexpr int kMinMaxPoints = 2;
+
+// Keeps at most `max_points` evenly spaced points of each series (a name
+// from one worker in one incarnation), its first and last among them, in
+// their order: a page polling a long job draws the same curves from a
+// bounded answer.
+void Thin(int max_points, GetMetricsResponse* metrics) {
+  using Key = std::tuple<std::string, int64_t, int64_t>;
+  std::map<Key, std::vector<int>> series;
+  for (int i = 0; i < metrics->points_size(); ++i) {
+    const MetricPoint& p = metrics->points(i);
+    series[{p.name(), p.member_id(), p.incarnation()}].push_back(i);
+  }
+  std::vector<bool> keep(metrics->points_size(), false);
+  for (const auto& [key, indices] : series) {
+    const size_t n = indices.size();
+    const size_t m = std::min(n, static_cast<size_t>(max_points));
+    for (size_t k = 0; k < m; ++k) {
+      // k = 0 and k = m - 1 give the first and the last point.
+      keep[indices[m == 1 ? 0 : k * (n - 1) / (m - 1)]] = true;
+    }
+  }
+  GetMetricsResponse thinned;
+  for (int i = 0; i < metrics->points_size(); ++i) {
+    if (keep[i]) *thinned.add_points() = std::move(*metrics->mutable_points(i));
+  }
+  *metrics = std::move(thinned);
 }
 
 // A cookie value needs no quoting when it is made of these.
@@ -243,7 +277,8 @@ absl::StatusOr<HttpResponse> Dashboard::JobRoute(
   }
   if (what == "metrics") {
     PS_RETURN_IF_ERROR(CheckQuery(
-        request, {"names", "include_superseded", "format"}, {"names"}));
+        request, {"names", "include_superseded", "format", "max_points"},
+        {"names"}));
     GetMetricsRequest get;
     get.set_job_id(job_id);
     for (auto [it, end] = request.query.equal_range("names"); it != end; ++it) {
@@ -258,7 +293,20 @@ absl::StatusOr<HttpResponse> Dashboard::JobRoute(
     get.set_include_superseded(superseded);
     const std::string format = QueryValue(request, "format");
     get.set_format(format);
+    int max_points = 0;
+    if (const std::string v = QueryValue(request, "max_points"); !v.empty()) {
+      if (!absl::SimpleAtoi(v, &max_points) || max_points < kMinMaxPoints) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "query parameter \"max_points\": must be an integer >= ",
+            kMinMaxPoints, ", got \"", v, "\""));
+      }
+      if (!format.empty()) {
+        return absl::InvalidArgumentError(
+            "max_points thins the JSON API's points; format gives every one");
+      }
+    }
     PS_ASSIGN_OR_RETURN(GetMetricsResponse metrics, core_->GetMetrics(get));
+    if (max_points > 0) Thin(max_points, &metrics);
     if (format.empty()) return JsonResponse(metrics);
     HttpResponse r;
     r.content_type = absl::AsciiStrToLower(format) == "csv"

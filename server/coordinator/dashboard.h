@@ -14,6 +14,8 @@
 //   GET /api/jobs/ID                   JobRecord
 //   GET /api/jobs/ID/metrics           GetMetricsResponse; ?names=a,b
 //                                      ?include_superseded=true|false
+//                                      ?max_points=N (each series thinned
+//                                      to N evenly spaced points)
 //                                      ?format=csv|json (the text psctl
 //                                      metrics prints)
 //   GET /api/jobs/ID/events            GetEventsResponse

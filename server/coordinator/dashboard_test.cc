@@ -208,6 +208,18 @@ TEST_F(DashboardTest, MetricsQuery) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(Parse<GetMetricsResponse>(r).points_size(), 6);
 
+  // max_points thins each series evenly, keeping its first and last.
+  r = dashboard_->Handle(Get("/api/jobs/" + job_ + "/metrics",
+                             {{"names", "train_loss"}, {"max_points", "2"}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  m = Parse<GetMetricsResponse>(r);
+  ASSERT_EQ(m.points_size(), 2);
+  EXPECT_EQ(m.points(0).step(), 10);
+  EXPECT_EQ(m.points(1).step(), 30);
+  r = dashboard_->Handle(Get("/api/jobs/" + job_ + "/metrics",
+                             {{"names", "train_loss"}, {"max_points", "3"}}));
+  EXPECT_EQ(Parse<GetMetricsResponse>(r).points_size(), 3);
+
   // format=csv / json: psctl metrics' text.
   GetMetricsRequest csv;
   csv.set_job_id(job_);
@@ -252,6 +264,12 @@ TEST_F(DashboardTest, BadInputGetsAStatusAndChangesNothing) {
       {Get(job + "/metrics", {{"include_superseded", "maybe"}}), 400,
        "must be true or false"},
       {Get(job + "/metrics", {{"format", "xml"}}), 400, "format"},
+      {Get(job + "/metrics", {{"max_points", "1"}}), 400, "max_points"},
+      {Get(job + "/metrics", {{"max_points", "ten"}}), 400, "max_points"},
+      {Get(job + "/metrics", {{"max_points", "99999999999"}}), 400,
+       "max_points"},
+      {Get(job + "/metrics", {{"max_points", "10"}, {"format", "csv"}}), 400,
+       "max_points"},
       {Get(job + "/metrics", {{"format", "csv"}, {"format", "json"}}), 400,
        "more than once"},
       {Get(job, {}, ""), 401, "missing cluster token"},

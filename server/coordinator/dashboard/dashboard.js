@@ -5,6 +5,8 @@
 'use strict';
 
 const POLL_MS = 2000;
+// Points per series the page asks for (evenly spaced, first and last kept).
+const MAX_POINTS = 1000;
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 // The test metrics in the order that picks a job's metric (docs/metrics.md).
 const METRICS = [
@@ -132,6 +134,7 @@ async function fetchJobMetric(job) {
   const cached = ui.jobMetrics.get(job.job_id);
   if (cached && cached.final) return cached;
   const names = METRICS.map((m) => m.point).join(',');
+  // Every evaluation (the core bounds each series): `best` is over all.
   const r = await api(`api/jobs/${encodeURIComponent(job.job_id)}/metrics` +
                       `?names=${names}`);
   const points = r.points || [];
@@ -284,7 +287,7 @@ async function renderJob() {
   if (listed && TERMINAL.has(listed.state) && ui.drawnFinal === ui.job) return;
   const series = [...METRICS.map((m) => m.point), 'train_loss', ...STEP_PARTS];
   const [job, metrics, events, explain] = await Promise.all([
-    api(`api/jobs/${id}`), api(`api/jobs/${id}/metrics?names=${series}`),
+    api(`api/jobs/${id}`), api(`api/jobs/${id}/metrics?names=${series}&max_points=${MAX_POINTS}`),
     api(`api/jobs/${id}/events`),
     api(`api/jobs/${id}/explain`).catch((e) => ({text: String(e)})),
   ]);
