@@ -202,11 +202,17 @@ case $cmd in
     [[ ${1:-} == -- ]] || usage
     shift
     NETSIM_OWNER=$$ "$0" --dir "$DIR" up "$n" $rate >/dev/null
-    trap 'down' EXIT
+    child=""
+    trap '[[ -n $child ]] && kill -TERM "$child" 2>/dev/null; down' EXIT
     trap 'exit 143' INT TERM
     export NETSIM_DIR=$DIR
+    # In the background: a signal to this script runs its trap at once
+    # (bash defers traps until a foreground child ends).
+    "$@" &
+    child=$!
     rc=0
-    "$@" || rc=$?
+    wait "$child" || rc=$?
+    child=""
     exit "$rc"
     ;;
   exec)

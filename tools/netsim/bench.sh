@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# BSP against ASP across simulated hosts at several link rates: for each
+# rate, a cluster (tools/netsim/cluster.sh: coordinator, 1 server, 2 CPU
+# workers, each on its own host) runs the same Fashion-MNIST MLP job under
+# BSP, then under ASP, and one line per job is printed: rate, model, steps,
+# wall seconds (submit to end), examples/s and test accuracy as psctl status
+# reports them, and the bytes the server host's link carried in and out
+# during the job (its eth0 counters) as MB/s over the wall time.
+#
+#   tools/netsim/bench.sh [--rates "none 10gbit 1gbit"] [--hidden 1024]
+#                         [--steps 300] [--bin_dir DIR]
+#
+# "none" is an unshaped link. The MLP's parameters cross the server's link
+# twice per worker per step (push and pull), 4 bytes each in fp32: with
+# hidden 1024 about 3.3 MB each way. Needs root; every wait is bounded.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+rates="none 10gbit 1gbit" hidden=1024 steps=300 bin_dir=""
+while (($#)); do
+  case $1 in
+    --rates) rates=$2; shift 2 ;;
+    --hidden) hidden=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --bin_dir) bin_dir=$2; shift 2 ;;
+    *) echo "usage: $0 [--rates R] [--hidden H] [--steps N] [--bin_dir DIR]" >&2; exit 2 ;;
+  esac
+done
+export NETSIM_CLUSTER_DIR=${NETSIM_CLUSTER_DIR:-/tmp/netsim-bench.$$}
+export NETSIM_OWNER=$$
+C=$here/cluster.sh
+trap '"$C" down >/dev/null 2>&1 || true' EXIT
+trap 'exit 143' INT TERM
+
+spec() {  # MODEL -> file
+  local f=$NETSIM_CLUSTER_DIR/bench-$1.pbtxt
+  cat >"$f" <<EOT
+name: "netsim-$1"
+model { mlp { input_dim: 784 hidden: $hidden num_classes: 10 } }
+optimizer {
+  kind: MOMENTUM learning_rate: 0.05 momentum: 0.9
+  schedule { kind: COSINE total_steps: $steps min_lr: 0.0005 }
+}
+consistency { model: $1 heartbeat_timeout_ms: 10000 barrier_timeout_ms: 120000 }
+data { batch_size: 64 max_steps: $steps eval_every_steps: 100000 }
+num_workers: 2
+seed: 7
+EOT
+  echo "$f"
+}
+
+srv_bytes() {  # rx+tx bytes of the server host's eth0
+  "$C" net exec h1 sh -c 'echo $(( $(cat /sys/class/net/eth0/statistics/rx_bytes) + $(cat /sys/class/net/eth0/statistics/tx_bytes) ))'
+}
+printf '%-7s %-4s %6s %8s %10s %8s %12s\n' rate model steps wall_s examples/s accuracy server_MB/s
+for rate in $rates; do
+  rate_flag=()
+  [[ $rate == none ]] || rate_flag=(--rate "$rate")
+  "$C" up --servers 1 --workers 2 "${rate_flag[@]}" ${bin_dir:+--bin_dir "$bin_dir"} 2>/dev/null
+  for model in BSP ASP; do
+    f=$(spec "$model")
+    b0=$(srv_bytes)
+    t0=$(date +%s.%N)
+    job=$("$C" psctl submit "$f" | head -n1)
+    state=""
+    for ((i = 0; i < 1200; i++)); do
+      state=$("$C" psctl status "$job" | awk '$1 == "state" { sub(":", "", $2); print $2 }')
+      [[ $state =~ SUCCEEDED|FAILED|CANCELLED ]] && break
+      sleep 0.25
+    done
+    t1=$(date +%s.%N)
+    b1=$(srv_bytes)
+    st=$("$C" psctl status "$job")
+    thr=$(awk '$1 == "throughput" { print $2 }' <<<"$st")
+    acc=$(awk '$1 == "metric" { print $4 }' <<<"$st")
+    [[ $state == SUCCEEDED ]] || acc="$state"
+    read -r wall mbs < <(awk -v a="$t0" -v b="$t1" -v x="$b0" -v y="$b1" \
+      'BEGIN { printf "%.1f %.0f\n", b - a, (y - x) / 1e6 / (b - a) }')
+    printf '%-7s %-4s %6s %8s %10s %8s %12s\n' "$rate" "$model" "$steps" "$wall" \
+      "$thr" "$acc" "$mbs"
+  done
+  "$C" down >/dev/null 2>&1
+done
