@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# A ps cluster across simulated hosts (tools/netsim): 4 network namespaces
-# with addresses 198.18.0.1-4, one bridge, every link shaped to 1 Gbit/s with
-# tbf; coordinator on h0, one ps_server on h1, two ps_workers on h2 and h3,
-# each started in its host's namespace on its host's address
+# A ps cluster across simulated hosts (tools/netsim): S+3 network namespaces
+# with addresses 198.18.0.1.., one bridge, every link shaped to 1 Gbit/s with
+# tbf; coordinator on h0, S ps_servers on h1..hS, two ps_workers on the next
+# two hosts, each started in its host's namespace on its host's address
 # (tools/netsim/cluster.sh), psctl run on h0 with --coordinator=ADDR.
-#  1. The coordinator and the server are registered at their hosts' addresses
-#     (psctl cluster status), both workers ALIVE.
-#  2. A short BSP Fashion-MNIST MLP job SUCCEEDS, and the workers' connections
-#     to the server run from their own addresses across the bridge.
-#  3. The link of worker host h3 is cut mid-job: the worker is evicted, the
-#     job SUCCEEDS on the survivor; restored, the worker is ALIVE again.
+#  1. The coordinator and the servers are registered at their hosts'
+#     addresses (psctl cluster status), both workers ALIVE.
+#  2. A short Fashion-MNIST MLP job SUCCEEDS under each model of --models,
+#     and the workers' connections to server 0 run from their own addresses
+#     across the bridge.
+#  3. --cut worker: the last worker host's link is cut mid-job: the worker
+#     is evicted, the job SUCCEEDS on the survivor; restored, the worker is
+#     ALIVE again.
+#     --cut server: server 0's host's link is cut mid-job for longer than
+#     the heartbeat timeout: server_failure, the workers stall; restored,
+#     the coordinator sees it back (server_recovered: the shard kept its
+#     state) and the job SUCCEEDS.
 #  4. After teardown no namespace (hence no veth, no bridge) of the run is
 #     left, and no daemon.
+# Options: --servers=S (default 1), --models=BSP,ASP (BSP),
+# --cut=worker|server (worker).
 # Skips (in test.xml, with the reason) when not root or when network
 # namespaces cannot be made. Every wait is bounded.
 #
@@ -40,6 +48,18 @@ write_xml() {  # result(pass|skip|fail) message
 EOT
 }
 skip() { log "SKIPPED: $*"; write_xml skip "$*"; exit 0; }
+
+servers=1 models=BSP cut=worker
+while (($#)); do
+  case $1 in
+    --servers=*) servers=${1#*=}; shift ;;
+    --models=*) models=${1#*=}; models=${models//,/ }; shift ;;
+    --cut=*) cut=${1#*=}; shift ;;
+    *) echo "unknown option $1"; exit 2 ;;
+  esac
+done
+[[ $cut == worker || $cut == server ]] || { echo "--cut worker or server"; exit 2; }
+w0=h$((servers + 1)) w1=h$((servers + 2))  # the worker hosts
 
 # ---- prerequisites ----------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || skip "network namespaces need root; run the test as root"
@@ -105,7 +125,7 @@ wait_end() {  # JOB SECONDS: prints the final state
   echo "TIMEOUT($s)"
   return 1
 }
-spec() {  # NAME STEPS
+spec() {  # NAME STEPS [MODEL]
   cat >"$tmp/$1.pbtxt" <<EOT
 name: "$1"
 model { mlp { input_dim: 784 hidden: 64 num_classes: 10 } }
@@ -113,14 +133,15 @@ optimizer {
   kind: MOMENTUM learning_rate: 0.05 momentum: 0.9
   schedule { kind: COSINE total_steps: $2 min_lr: 0.0005 }
 }
-consistency { model: BSP heartbeat_timeout_ms: 3000 barrier_timeout_ms: 60000 }
+consistency { model: ${3:-BSP} heartbeat_timeout_ms: 3000 barrier_timeout_ms: 60000 }
 data { batch_size: 64 max_steps: $2 eval_every_steps: 500 }
+checkpoint { every_versions: 50 }
 num_workers: 2
 seed: 7
 EOT
 }
 
-"$C" up --servers 1 --workers 2 --rate 1gbit --bin_dir "$bin" \
+"$C" up --servers "$servers" --workers 2 --rate 1gbit --bin_dir "$bin" \
   --coordinator_flag=--heartbeat_interval_ms=200 \
   --coordinator_flag=--member_timeout_ms=3000 \
   --worker_flag=--heartbeat_interval_ms=200 \
@@ -133,40 +154,44 @@ st=$("$C" psctl cluster status) || fail "psctl cluster status failed"
 echo "$st"
 grep -qE '^coordinator 198\.18\.0\.1:[0-9]+: SERVING' <<<"$st" ||
   fail "the coordinator is not at 198.18.0.1"
-grep -qE '^[0-9]+ +SERVER +198\.18\.0\.2:[0-9]+ .* ALIVE ' <<<"$st" ||
-  fail "the server is not registered at 198.18.0.2"
+for ((i = 0; i < servers; i++)); do
+  grep -qE "^[0-9]+ +SERVER +198\.18\.0\.$((i + 2)):[0-9]+ .* ALIVE " <<<"$st" ||
+    fail "server $i is not registered at 198.18.0.$((i + 2))"
+done
 (($(grep -cE '^[0-9]+ +WORKER .* ALIVE ' <<<"$st") == 2)) || fail "not two workers ALIVE"
-for h in h1 h2 h3; do
-  "$C" net exec "$h" ip route | grep -q default && fail "$h has a default route"
+for ((i = 0; i < servers + 3; i++)); do
+  "$C" net exec "h$i" ip route | grep -q default && fail "h$i has a default route"
 done
 server=$(grep -oE '198\.18\.0\.2:[0-9]+' <<<"$st" | head -n1)
 
-# 2. A short BSP job; the workers reach the server from their own addresses.
-spec netsim_bsp 300
-JOB=$(psctl submit "$tmp/netsim_bsp.pbtxt" | head -n1)
-[[ -n $JOB ]] || fail "submit failed"
-seen=""
-end=$((SECONDS + 120))
-while ((SECONDS < end)); do
-  for h in h2 h3; do
-    a=$("$C" net addr "$h")
-    # ss prints IPv4-mapped addresses as [::ffff:a.b.c.d]:port.
-    "$C" net exec "$h" ss -tn 2>/dev/null | sed 's/\[::ffff://g; s/\]//g' |
-      grep -qE "^ESTAB .* $a:[0-9]+ +$server( |\$)" &&
-      [[ $seen != *"$h "* ]] && seen+="$h "
+# 2. A short job per model; the workers reach server 0 from their own
+#    addresses.
+for model in $models; do
+  spec "netsim_$model" 300 "$model"
+  JOB=$(psctl submit "$tmp/netsim_$model.pbtxt" | head -n1)
+  [[ -n $JOB ]] || fail "submit failed"
+  seen=""
+  end=$((SECONDS + 120))
+  while ((SECONDS < end)); do
+    for h in $w0 $w1; do
+      a=$("$C" net addr "$h")
+      # ss prints IPv4-mapped addresses as [::ffff:a.b.c.d]:port.
+      "$C" net exec "$h" ss -tn 2>/dev/null | sed 's/\[::ffff://g; s/\]//g' |
+        grep -qE "^ESTAB .* $a:[0-9]+ +$server( |\$)" &&
+        [[ $seen != *"$h "* ]] && seen+="$h "
+    done
+    [[ $(state_of "$JOB") =~ SUCCEEDED|FAILED|CANCELLED ]] && break
+    sleep 0.2
   done
-  [[ $(state_of "$JOB") =~ SUCCEEDED|FAILED|CANCELLED ]] && break
-  sleep 0.2
+  state=$(wait_end "$JOB" 10) || true
+  [[ $state == SUCCEEDED ]] || fail "$model job $JOB ended $state"
+  psctl status "$JOB" | grep -E '^(state|consistency|progress|metric|throughput)'
+  log "$model: worker hosts seen connected to server 0 at $server: ${seen:-none}"
+  [[ $seen == *"$w0 "* && $seen == *"$w1 "* ]] ||
+    fail "the workers' connections to $server from $w0 and $w1 were not seen (saw: ${seen:-none})"
 done
-state=$(wait_end "$JOB" 10) || true
-[[ $state == SUCCEEDED ]] || fail "job $JOB ended $state"
-psctl status "$JOB" | grep -E '^(state|progress|metric|throughput)'
-log "worker hosts seen connected to the server $server: ${seen:-none}"
-[[ $seen == *h2* && $seen == *h3* ]] ||
-  fail "the workers' connections to $server from 198.18.0.3/.4 were not seen (saw: ${seen:-none})"
 
-# 3. Cut worker host h3's link mid-job: eviction, the job SUCCEEDS; restored,
-#    the worker registers again.
+# 3. A link cut mid-job.
 spec netsim_cut 2000
 JOB=$(psctl submit "$tmp/netsim_cut.pbtxt" | head -n1)
 end=$((SECONDS + 90))
@@ -174,26 +199,55 @@ until s=$(step_of "$JOB"); [[ -n $s ]] && ((s >= 200)); do
   ((SECONDS < end)) || fail "the job did not reach step 200"
   sleep 0.2
 done
-"$C" net cut h3
-t_cut=$SECONDS
-log "cut h3 at step $(step_of "$JOB")"
-end=$((SECONDS + 60))
-until psctl events "$JOB" 2>/dev/null | grep -q evicted; do
-  ((SECONDS < end)) || fail "the cut worker was not evicted within 60 s"
-  sleep 0.5
-done
-log "evicted after $((SECONDS - t_cut)) s"
-psctl events "$JOB" | grep -E 'evicted|data_moved'
-state=$(wait_end "$JOB" 180) || true
-[[ $state == SUCCEEDED ]] || fail "job with a cut worker ended $state"
-psctl status "$JOB" | grep -E '^(state|progress|metric)'
-"$C" net restore h3
-end=$((SECONDS + 60))
-until (($(psctl cluster status 2>/dev/null | grep -cE '^[0-9]+ +WORKER .* ALIVE ') == 2)); do
-  ((SECONDS < end)) || fail "the restored worker did not come back within 60 s"
-  sleep 0.5
-done
-log "restored: both workers ALIVE after $((SECONDS - t_cut)) s from the cut"
+if [[ $cut == worker ]]; then
+  # The worker is evicted, the job SUCCEEDS; restored, the worker registers
+  # again.
+  s0=$(step_of "$JOB")
+  "$C" net cut "$w1"
+  t_cut=$SECONDS
+  log "cut worker host $w1 at step $s0"
+  end=$((SECONDS + 60))
+  until psctl events "$JOB" 2>/dev/null | grep -q evicted; do
+    ((SECONDS < end)) || fail "the cut worker was not evicted within 60 s"
+    sleep 0.5
+  done
+  log "evicted after $((SECONDS - t_cut)) s"
+  psctl events "$JOB" | grep -E 'evicted|data_moved'
+  state=$(wait_end "$JOB" 180) || true
+  [[ $state == SUCCEEDED ]] || fail "job with a cut worker ended $state"
+  psctl status "$JOB" | grep -E '^(state|progress|metric)'
+  "$C" net restore "$w1"
+  end=$((SECONDS + 60))
+  until (($(psctl cluster status 2>/dev/null | grep -cE '^[0-9]+ +WORKER .* ALIVE ') == 2)); do
+    ((SECONDS < end)) || fail "the restored worker did not come back within 60 s"
+    sleep 0.5
+  done
+  log "restored: both workers ALIVE $((SECONDS - t_cut)) s after the cut"
+else
+  # server_failure; the workers stall; restored: server_recovered, SUCCEEDED.
+  s0=$(step_of "$JOB")
+  "$C" net cut h1
+  t_cut=$SECONDS
+  log "cut server host h1 at step $s0"
+  end=$((SECONDS + 60))
+  until psctl events "$JOB" 2>/dev/null | grep -q server_failure; do
+    ((SECONDS < end)) || fail "no server_failure within 60 s of the cut"
+    sleep 0.5
+  done
+  log "server_failure after $((SECONDS - t_cut)) s"
+  s1=$(step_of "$JOB"); sleep 2; s2=$(step_of "$JOB")
+  log "steps while cut: $s1 then $s2"
+  "$C" net restore h1
+  end=$((SECONDS + 60))
+  until psctl events "$JOB" 2>/dev/null | grep -qE 'server_recovered|server_restored'; do
+    ((SECONDS < end)) || fail "the shard was not seen back within 60 s of the restore"
+    sleep 0.5
+  done
+  psctl events "$JOB" | grep -E 'server_|rollback'
+  state=$(wait_end "$JOB" 180) || true
+  [[ $state == SUCCEEDED ]] || fail "job with a cut server ended $state"
+  psctl status "$JOB" | grep -E '^(state|progress|metric)'
+fi
 
 # 4. Teardown leaves nothing.
 pids=$(cat "$NETSIM_CLUSTER_DIR"/pids/*.pid)
