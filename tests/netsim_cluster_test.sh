@@ -78,6 +78,7 @@ if [[ -n "${TEST_SRCDIR:-}" ]]; then
 else
   bin=$(cd "${PS_BIN_DIR:?set PS_BIN_DIR to the bazel-bin directory}" && pwd)
   tmp=$(mktemp -d /tmp/netsim-test.XXXXXX)
+  by_hand=1
 fi
 src=$(cd "$(dirname "$0")/.." && pwd)
 [[ -x $src/tools/netsim/cluster.sh ]] || src=$bin
@@ -100,6 +101,8 @@ finish() {
   if ((rc != 0)) && [[ $result == pass ]]; then result=fail msg="exit $rc"; fi
   write_xml "$result" "$msg"
   log "took $((SECONDS - start_s)) s"
+  # By hand, the logs of a failed run stay in $tmp.
+  if [[ -n ${by_hand:-} && $result == pass ]]; then rm -rf "$tmp"; fi
   exit "$rc"
 }
 trap finish EXIT

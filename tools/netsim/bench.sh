@@ -25,10 +25,12 @@ while (($#)); do
     *) echo "usage: $0 [--rates R] [--hidden H] [--steps N] [--bin_dir DIR]" >&2; exit 2 ;;
   esac
 done
-export NETSIM_CLUSTER_DIR=${NETSIM_CLUSTER_DIR:-/tmp/netsim-bench.$$}
+own_dir=""
+[[ -n ${NETSIM_CLUSTER_DIR:-} ]] || own_dir=/tmp/netsim-bench.$$
+export NETSIM_CLUSTER_DIR=${NETSIM_CLUSTER_DIR:-$own_dir}
 export NETSIM_OWNER=$$
 C=$here/cluster.sh
-trap '"$C" down >/dev/null 2>&1 || true' EXIT
+trap '"$C" down >/dev/null 2>&1 || true; [[ -z $own_dir ]] || rm -rf "$own_dir"' EXIT
 trap 'exit 143' INT TERM
 
 spec() {  # MODEL -> file
