@@ -18,7 +18,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 #include "proto/coordinator_service.grpc.pb.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "tests/coordinator_process.h"

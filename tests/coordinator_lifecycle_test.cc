@@ -17,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 #include "proto/coordinator_service.grpc.pb.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "tests/coordinator_process.h"
@@ -330,10 +330,18 @@ TEST_F(CoordinatorLifecycle, KillNineRestartKeepsAcknowledgedRecordAndMetrics) {
   EXPECT_EQ(Register(WORKER, worker), worker);
   const WorkerAssignment a = AwaitTrain(server, worker, job);
   EXPECT_EQ(a.rank(), 0);
+  EXPECT_TRUE(a.others_done()) << "the only worker";
+  // The worker's last report: its evaluation of the final model, and done.
   m.clear_points();
+  MetricPoint* last = m.add_points();
+  last->set_name("test_accuracy");
+  last->set_value(0.8);
+  last->set_step(3);
+  last->set_final_model(true);
   m.set_done(true);
   ASSERT_TRUE(Call(&CoordinatorService::Stub::ReportMetrics, m, &mr).ok());
   EXPECT_EQ(Get(job).state(), SUCCEEDED);
+  EXPECT_TRUE(Get(job).final_evaluation());
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 
 namespace ps::testing {
 namespace {

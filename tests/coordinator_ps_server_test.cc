@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 #include "proto/coordinator_service.grpc.pb.h"
 #include "tests/coordinator_process.h"
 #include "tests/ps_server_process.h"
@@ -166,9 +166,15 @@ TEST_F(CoordinatorWithServer, JobIsSetUpExplainedAndTornDown) {
   EXPECT_NE(text.find("version 0"), std::string::npos) << text;
   EXPECT_EQ(text.find("UNREACHABLE"), std::string::npos) << text;
 
+  // The only worker's last report: its evaluation of the final model, and
+  // done.
   ReportMetricsRequest done;
   done.set_member_id(worker);
   done.set_job_id(job);
+  MetricPoint* last = done.add_points();
+  last->set_name("test_accuracy");
+  last->set_value(0.8);
+  last->set_final_model(true);
   done.set_done(true);
   ReportMetricsResponse mr;
   ASSERT_TRUE(Call(&CoordinatorService::Stub::ReportMetrics, done, &mr).ok());

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/placement.h"
+#include "common/wire/placement.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "server/shard/parameter_service.h"
 #include "server/shard/shard_store.h"

@@ -11,7 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 #include "worker/client/parameter_client.h"
 
 namespace ps::bench {

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/placement.h"
+#include "common/wire/placement.h"
 #include "proto/config.pb.h"
 
 namespace ps::bench {

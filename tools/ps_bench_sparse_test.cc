@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/config.h"
+#include "common/spec/config.h"
 
 namespace ps::bench {
 namespace {

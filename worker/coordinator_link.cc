@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/coordinator_address.h"
-#include "common/rpc.h"
-#include "common/status.h"
+#include "common/platform/coordinator_address.h"
+#include "common/platform/rpc.h"
+#include "common/platform/status.h"
 #include "proto/coordinator_service.grpc.pb.h"
 
 namespace ps::worker {

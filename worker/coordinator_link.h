@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 #include "proto/coordinator_service.pb.h"
 
 namespace ps::worker {

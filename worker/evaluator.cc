@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::worker {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 
 namespace ps::worker {
 namespace {

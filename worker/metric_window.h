@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/platform/clock.h"
 #include "proto/coordinator_service.pb.h"
 
 namespace ps::worker {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 
 namespace ps::worker {
 namespace {

@@ -18,7 +18,7 @@
 namespace ps::worker {
 
 // Buffers are host fp32, one per model tensor, in model order
-// (common/model.h). Implementations are driven by one training thread.
+// (common/spec/model.h). Implementations are driven by one training thread.
 class ParameterAccess {
  public:
   virtual ~ParameterAccess() = default;

@@ -1,6 +1,6 @@
 #include "worker/parameter_staging.h"
 
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::worker {
 

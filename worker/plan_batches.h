@@ -1,5 +1,5 @@
 // Which batch a worker trains at a clock: its data plan
-// (WorkerAssignment.plan, common/data_plan.h) read batch by batch. Batch b
+// (WorkerAssignment.plan, common/spec/data_plan.h) read batch by batch. Batch b
 // of a data shard is batch b % steps_per_epoch of epoch b / steps_per_epoch
 // of that shard's slice of the epoch's permutation (worker/sharding.h), so
 // a clock names the same examples on the coordinator's side and on any
@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "common/data_plan.h"
+#include "common/spec/data_plan.h"
 #include "proto/coordinator_service.pb.h"
 
 namespace ps::worker {

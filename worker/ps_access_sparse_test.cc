@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/payload_codec.h"
-#include "common/placement.h"
+#include "common/wire/payload_codec.h"
+#include "common/wire/placement.h"
 #include "worker/client/fake_transport.h"
 #include "worker/client/parameter_client.h"
 #include "worker/ps_access.h"

@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
-#include "common/model.h"
-#include "common/placement.h"
+#include "common/spec/model.h"
+#include "common/wire/placement.h"
 #include "worker/client/fake_transport.h"
 #include "worker/client/ticket.h"
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 #include "worker/sparse_row_access.h"
 
 namespace ps::worker {

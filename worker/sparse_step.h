@@ -28,7 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/platform/clock.h"
 #include "worker/data/batch.h"
 #include "worker/parameter_access.h"
 #include "worker/trainable_model.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::worker {
 

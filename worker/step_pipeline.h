@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/platform/clock.h"
 #include "kernels/backend.h"
 #include "proto/config.pb.h"
 #include "worker/batch_prefetcher.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 #include "kernels/cpu_backend.h"
 #include "worker/pipeline_test_util.h"
 

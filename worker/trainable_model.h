@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/eval_metrics.h"
+#include "common/spec/eval_metrics.h"
 #include "kernels/backend.h"
 #include "proto/config.pb.h"
 #include "worker/batch_prefetcher.h"
@@ -33,7 +33,7 @@
 namespace ps::worker {
 
 // A dense parameter tensor, as the parameter servers place and initialise
-// it (common/model.h).
+// it (common/spec/model.h).
 struct ParameterInfo {
   std::string name;  // e.g. "fc0/weight"
   std::vector<int64_t> shape;
@@ -90,7 +90,7 @@ class TrainableModel {
   virtual ~TrainableModel() = default;
 
   // The dense parameter tensors in the parameter servers' order
-  // (common/model.h ExpandModel).
+  // (common/spec/model.h ExpandModel).
   virtual const std::vector<ParameterInfo>& parameters() const = 0;
   int num_parameters() const { return static_cast<int>(parameters().size()); }
   // Whether parameter `index` can be used in row blocks

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/clock.h"
-#include "common/status.h"
+#include "common/platform/clock.h"
+#include "common/platform/status.h"
 #include "worker/batch_prefetcher.h"
 #include "worker/data_trainer.h"
 #include "worker/evaluator.h"

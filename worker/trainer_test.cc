@@ -8,9 +8,9 @@
 #include <string>
 #include <utility>
 
-#include "common/config.h"
-#include "common/initializer.h"
-#include "common/model.h"
+#include "common/spec/config.h"
+#include "common/spec/initializer.h"
+#include "common/spec/model.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_emulated_backend.h"
 #include "worker/step_pipeline.h"

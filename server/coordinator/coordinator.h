@@ -39,7 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/platform/clock.h"
 #include "proto/coordinator_service.pb.h"
 #include "server/coordinator/job_store.h"
 #include "server/coordinator/metric_series.h"

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "common/rpc.h"
-#include "common/status.h"
+#include "common/platform/rpc.h"
+#include "common/platform/status.h"
 
 namespace ps::coordinator {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 #include "server/coordinator/dashboard.h"
 
 namespace ps::coordinator {

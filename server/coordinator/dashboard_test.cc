@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 #include "nlohmann/json.hpp"
 #include "server/coordinator/dashboard_server.h"
 #include "server/coordinator/test_fakes.h"

@@ -6,7 +6,7 @@
 #include <set>
 #include <vector>
 
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 
 namespace ps::coordinator {
 namespace {

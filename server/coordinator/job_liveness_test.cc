@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 
 namespace ps::coordinator {
 namespace {

@@ -4,7 +4,7 @@
 #include <limits>
 #include <optional>
 
-#include "common/data_plan.h"
+#include "common/spec/data_plan.h"
 
 namespace ps::coordinator {
 namespace {

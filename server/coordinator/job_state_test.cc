@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 #include "server/coordinator/membership.h"
 
 namespace ps::coordinator {

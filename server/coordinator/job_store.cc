@@ -10,7 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::coordinator {
 namespace {

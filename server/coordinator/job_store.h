@@ -12,7 +12,7 @@
 // everything before it is kept, and later appends continue after it. An
 // append that fails is cut off at once (or before the next append), so no
 // acknowledged record ever follows a torn one. All I/O goes through a
-// FileSystem (common/file_system.h).
+// FileSystem (common/platform/file_system.h).
 #ifndef PS_SERVER_COORDINATOR_JOB_STORE_H_
 #define PS_SERVER_COORDINATOR_JOB_STORE_H_
 
@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/file_system.h"
+#include "common/platform/file_system.h"
 #include "proto/coordinator_service.pb.h"
 
 namespace ps::coordinator {

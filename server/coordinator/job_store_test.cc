@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/fault_injecting_file_system.h"
+#include "common/platform/fault_injecting_file_system.h"
 
 namespace ps::coordinator {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::coordinator {
 

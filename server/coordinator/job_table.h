@@ -18,7 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/platform/clock.h"
 #include "proto/coordinator_service.pb.h"
 #include "server/coordinator/job_state.h"
 #include "server/coordinator/write_batch.h"

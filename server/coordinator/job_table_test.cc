@@ -5,7 +5,7 @@
 #include <memory>
 #include <thread>
 
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 #include "server/coordinator/test_fakes.h"
 
 namespace ps::coordinator {

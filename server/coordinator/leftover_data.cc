@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/data_plan.h"
+#include "common/spec/data_plan.h"
 
 namespace ps::coordinator {
 namespace {

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/clock.h"
+#include "common/platform/clock.h"
 #include "proto/coordinator_service.pb.h"
 
 namespace ps::coordinator {

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 
 namespace ps::coordinator {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/data_plan.h"
+#include "common/spec/data_plan.h"
 #include "server/coordinator/straggler_policy.h"
 
 namespace ps::coordinator {

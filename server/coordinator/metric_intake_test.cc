@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 
 namespace ps::coordinator {
 namespace {

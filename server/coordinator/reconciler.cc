@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/data_plan.h"
+#include "common/spec/data_plan.h"
 #include "server/coordinator/leftover_data.h"
 
 namespace ps::coordinator {

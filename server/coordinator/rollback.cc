@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::coordinator {
 namespace {

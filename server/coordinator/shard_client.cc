@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 #include "proto/parameter_service.grpc.pb.h"
 
 namespace ps::coordinator {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "common/key_placement.h"
+#include "common/wire/key_placement.h"
 
 namespace ps::server {
 

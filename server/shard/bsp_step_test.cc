@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 #include "server/shard/job.h"
 #include "server/shard/job_setup.h"
 #include "server/shard/shard_test_util.h"

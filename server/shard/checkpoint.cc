@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::server {
 namespace {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/file_system.h"
+#include "common/platform/file_system.h"
 #include "proto/config.pb.h"
 
 namespace ps::server {
@@ -55,7 +55,7 @@ struct CheckpointData {
   int num_shards = 1;
   std::vector<CheckpointRange> ranges;
   // Stored by key, so that a restore onto another number of shards
-  // re-places each row (common/key_placement.h).
+  // re-places each row (common/wire/key_placement.h).
   std::vector<CheckpointSparseTable> sparse_tables;
 };
 

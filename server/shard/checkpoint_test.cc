@@ -9,8 +9,8 @@
 #include <iterator>
 #include <string>
 
-#include "common/fault_injecting_file_system.h"
-#include "common/file_system.h"
+#include "common/platform/fault_injecting_file_system.h"
+#include "common/platform/file_system.h"
 
 namespace ps::server {
 namespace {

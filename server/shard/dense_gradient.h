@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/placement.h"
+#include "common/wire/placement.h"
 #include "server/shard/push_pull.h"
 #include "server/shard/table.h"
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/fake_clock.h"
-#include "common/payload_codec.h"
-#include "common/placement.h"
+#include "common/platform/fake_clock.h"
+#include "common/wire/payload_codec.h"
+#include "common/wire/placement.h"
 #include "server/shard/shard_store.h"
 #include "server/shard/shard_test_util.h"
 

@@ -1,5 +1,5 @@
 // The dense table: the chunks of a job's dense tensors that this shard owns
-// (common/placement.h), with their published weights, optimizer slots and
+// (common/wire/placement.h), with their published weights, optimizer slots and
 // BSP staging. A Table (table.h) whose parts are the chunks, numbered by
 // their index on this shard (ascending chunk id).
 //
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/placement.h"
+#include "common/wire/placement.h"
 #include "proto/config.pb.h"
 #include "server/shard/optimizer.h"
 #include "server/shard/table.h"

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/fake_clock.h"
-#include "common/model.h"
-#include "common/payload_codec.h"
-#include "common/placement.h"
+#include "common/platform/fake_clock.h"
+#include "common/spec/model.h"
+#include "common/wire/payload_codec.h"
+#include "common/wire/placement.h"
 #include "gmock/gmock.h"
 #include "server/shard/apply_pool.h"
 #include "server/shard/dense_gradient.h"

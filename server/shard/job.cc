@@ -5,7 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 
 namespace ps::server {
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 #include "server/shard/shard_log.h"
 
 namespace ps::server {

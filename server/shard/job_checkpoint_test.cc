@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/fake_clock.h"
-#include "common/rpc.h"
+#include "common/platform/fake_clock.h"
+#include "common/platform/rpc.h"
 #include "server/shard/shard_test_util.h"
 
 namespace ps::server {

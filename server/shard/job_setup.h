@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "common/metrics.h"
+#include "common/platform/metrics.h"
 #include "proto/config.pb.h"
 #include "proto/parameter_service.pb.h"
 #include "server/shard/job.h"

@@ -3,7 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::server {
 

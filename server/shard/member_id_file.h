@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/file_system.h"
+#include "common/platform/file_system.h"
 
 namespace ps::server {
 

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/float_runs.h"
+#include "server/shard/float_runs.h"
 #include "server/shard/vector_clones.h"
 
 namespace ps::server {

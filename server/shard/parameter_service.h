@@ -1,7 +1,7 @@
 // gRPC adapter of the shard core: ParameterService on top of a ShardStore.
 //
 // Push and Pull are served as raw byte buffers with the zero-copy codec of
-// common/payload_codec.h (same method names and messages as the proto
+// common/wire/payload_codec.h (same method names and messages as the proto
 // service, so any protobuf client still works); the control RPCs are plain
 // generated methods. Each method checks the cluster token, decodes, calls
 // the core and converts its Status with ToGrpcStatus.
@@ -26,7 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 #include "server/shard/shard_store.h"
 
 namespace ps::server {

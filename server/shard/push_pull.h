@@ -12,8 +12,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/payload_codec.h"
-#include "common/placement.h"
+#include "common/wire/payload_codec.h"
+#include "common/wire/placement.h"
 #include "proto/parameter_service.pb.h"
 
 namespace ps::server {

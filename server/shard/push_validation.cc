@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/rpc.h"
-#include "common/sparse_rows.h"
+#include "common/platform/rpc.h"
+#include "common/wire/sparse_rows.h"
 
 namespace ps::server {
 

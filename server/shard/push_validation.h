@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/clock.h"
+#include "common/platform/clock.h"
 #include "server/shard/job.h"
 #include "server/shard/push_pull.h"
 #include "server/shard/table.h"
@@ -33,12 +33,12 @@ using PreparedPush = std::vector<std::unique_ptr<PreparedGradient>>;
 absl::Status CheckPushHeader(Job& job, const PushArgs& args);
 
 // The checks of a pull's sparse rows before its tables': sparse_only
-// without chunk ids, CheckSparseRows (common/sparse_rows.h); `has_sink`:
+// without chunk ids, CheckSparseRows (common/wire/sparse_rows.h); `has_sink`:
 // the caller can take rows. INVALID_ARGUMENT.
 absl::Status CheckSparsePull(const Job& job, const PullArgs& args,
                              bool has_sink);
 
-// CheckSparseRows on the push's sparse rows (common/sparse_rows.h: tables,
+// CheckSparseRows on the push's sparse rows (common/wire/sparse_rows.h: tables,
 // keys against rows, unique keys), then Table::Prepare on every table with
 // `apply_now` for ASP/SSP. On an error
 // the push's sequence number is used up, so that a BSP end of step does

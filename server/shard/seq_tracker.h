@@ -25,7 +25,7 @@ class SeqTracker {
   static constexpr size_t kMaxSparse = size_t{1} << 16;
 
   SeqTracker() = default;
-  // Numbers of incarnation i start at SeqBase(i) + 1 (common/rpc.h).
+  // Numbers of incarnation i start at SeqBase(i) + 1 (common/platform/rpc.h).
   explicit SeqTracker(uint64_t base) : contiguous_(base) {}
 
   // Whether `s` is done or in flight: a push numbered `s` is a duplicate.

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 #include "server/shard/shard_test_util.h"
 
 namespace ps::server {

@@ -67,10 +67,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
-#include "common/file_system.h"
-#include "common/metrics.h"
-#include "common/placement.h"
+#include "common/platform/clock.h"
+#include "common/platform/file_system.h"
+#include "common/platform/metrics.h"
+#include "common/wire/placement.h"
 #include "proto/parameter_service.pb.h"
 #include "server/shard/push_pull.h"
 
@@ -89,7 +89,7 @@ struct ShardStoreOptions {
   // thread and apply_threads - 1 helpers), chunks spread over them; >= 1.
   int apply_threads = 1;
   // Called after TeardownJob dropped a job's state (ps_server:
-  // ReleaseFreedMemory, common/process.h), so that the memory its tables
+  // ReleaseFreedMemory, common/platform/process.h), so that the memory its tables
   // freed leaves the process instead of staying in the allocator's heaps;
   // null: nothing. Runs on the TeardownJob caller's thread, with no lock
   // held.

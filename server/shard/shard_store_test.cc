@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/fake_clock.h"
-#include "common/placement.h"
+#include "common/platform/fake_clock.h"
+#include "common/wire/placement.h"
 #include "server/shard/shard_test_util.h"
 
 namespace ps::server {

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <utility>
 
-#include "common/placement.h"
-#include "common/test_job_spec.h"
+#include "common/wire/placement.h"
+#include "common/spec/test_job_spec.h"
 
 namespace ps::server {
 

@@ -12,7 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 #include "proto/config.pb.h"
 #include "proto/parameter_service.pb.h"
 #include "server/shard/shard_store.h"

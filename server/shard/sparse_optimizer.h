@@ -23,7 +23,7 @@ namespace ps::server {
 
 class SparseOptimizer {
  public:
-  // `spec`: a sparse table's optimizer, normalised (common/config.h).
+  // `spec`: a sparse table's optimizer, normalised (common/spec/config.h).
   // INVALID_ARGUMENT for a kind sparse tables do not take.
   static absl::StatusOr<std::unique_ptr<SparseOptimizer>> Create(
       const OptimizerSpec& spec);

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/config.h"
+#include "common/spec/config.h"
 
 namespace ps::server {
 namespace {

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/key_placement.h"
+#include "common/wire/key_placement.h"
 #include "server/shard/huge_pages.h"
 
 namespace ps::server {

@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/initializer.h"
-#include "common/key_placement.h"
-#include "common/payload_codec.h"
+#include "common/spec/initializer.h"
+#include "common/wire/key_placement.h"
+#include "common/wire/payload_codec.h"
 #include "server/shard/dense_gradient.h"
 
 namespace ps::server {
@@ -117,7 +117,7 @@ absl::Status SparseTable::CheckKeysHere(absl::Span<const uint64_t> keys) const {
       return absl::InvalidArgumentError(absl::StrCat(
           "key ", key, " of sparse table '", spec_.name(),
           "' belongs to shard ", shard, " of ", num_shards_, ", not to shard ",
-          shard_index_, " (common/key_placement.h)"));
+          shard_index_, " (common/wire/key_placement.h)"));
     }
   }
   return absl::OkStatus();

@@ -1,13 +1,13 @@
 // A sparse embedding table (proto/config.proto, SparseTableSpec): the rows
-// of one table whose keys this shard owns (common/key_placement.h), created
+// of one table whose keys this shard owns (common/wire/key_placement.h), created
 // on their first pull or push from the initializer of (job seed, table
-// name, key) (common/initializer.h), updated by the table's optimizer
+// name, key) (common/spec/initializer.h), updated by the table's optimizer
 // (sparse_optimizer.h), held in a striped row map (sparse_row_map.h). A
 // Table (table.h) with no parts: it never applies before a BSP step closes,
 // so a pull that reads its rows never reads ahead of the job.
 //
 // A push: the table's SparseRows of the push (unique keys, checked by the
-// store with common/sparse_rows.h), rows of the table's dim and dtype,
+// store with common/wire/sparse_rows.h), rows of the table's dim and dtype,
 // every key on this shard, finite gradients (unless the job allows NaN/Inf).
 // Prepare widens the gradients and, for a table with a capacity and no LRU
 // eviction, reserves the rows the push creates, so that a push that does
@@ -52,7 +52,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/metrics.h"
+#include "common/platform/metrics.h"
 #include "proto/config.pb.h"
 #include "proto/parameter_service.pb.h"
 #include "server/shard/admission_filter.h"

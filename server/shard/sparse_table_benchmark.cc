@@ -37,7 +37,7 @@
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/payload_codec.h"
+#include "common/wire/payload_codec.h"
 #include "proto/config.pb.h"
 #include "server/shard/shard_store.h"
 

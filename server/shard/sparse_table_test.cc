@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "common/fake_clock.h"
-#include "common/initializer.h"
-#include "common/key_placement.h"
-#include "common/metrics.h"
-#include "common/payload_codec.h"
+#include "common/platform/fake_clock.h"
+#include "common/spec/initializer.h"
+#include "common/wire/key_placement.h"
+#include "common/platform/metrics.h"
+#include "common/wire/payload_codec.h"
 #include "server/shard/shard_store.h"
 #include "server/shard/shard_test_util.h"
 

@@ -25,7 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/eval_metrics.h"
+#include "common/spec/eval_metrics.h"
 #include "tools/data/criteo_planted.h"
 #include "tools/data/output_file.h"
 #include "tools/data/progress.h"

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_split.h"
-#include "common/eval_metrics.h"
+#include "common/spec/eval_metrics.h"
 #include "gtest/gtest.h"
 #include "worker/data/batch.h"
 #include "worker/data/criteo_format.h"

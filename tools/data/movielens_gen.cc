@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/eval_metrics.h"
+#include "common/spec/eval_metrics.h"
 #include "tools/data/output_file.h"
 #include "tools/data/progress.h"
 #include "tools/data/ratings_planted.h"

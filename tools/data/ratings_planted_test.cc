@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/eval_metrics.h"
+#include "common/spec/eval_metrics.h"
 #include "gtest/gtest.h"
 #include "worker/data/batch.h"
 #include "worker/data/movielens_format.h"

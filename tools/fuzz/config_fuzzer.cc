@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
-#include "common/config.h"
+#include "common/spec/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view text(reinterpret_cast<const char*>(data), size);

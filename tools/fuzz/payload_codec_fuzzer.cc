@@ -3,7 +3,7 @@
 // that straddle slices take a different path). Every decoded chunk is then
 // widened to float as the server would do. The same bytes are decoded with
 // sparse rows as each of the four messages that carry them, checked against
-// that message's rules (common/sparse_rows.h) and their rows widened; the
+// that message's rules (common/wire/sparse_rows.h) and their rows widened; the
 // segmented decoder's keys and row segments must agree with the record.
 #include <grpc/grpc.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "common/payload_codec.h"
-#include "common/sparse_rows.h"
+#include "common/wire/payload_codec.h"
+#include "common/wire/sparse_rows.h"
 #include "proto/parameter_service.pb.h"
 
 namespace {

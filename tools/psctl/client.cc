@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
-#include "common/coordinator_address.h"
-#include "common/file_system.h"
+#include "common/platform/coordinator_address.h"
+#include "common/platform/file_system.h"
 #include "tools/psctl/local_cluster.h"
 
 namespace ps::psctl {

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/job_metric.h"
+#include "common/spec/job_metric.h"
 #include "proto/coordinator_service.pb.h"
 
 namespace ps::psctl {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 #include "tools/psctl/local_cluster.h"
 
 namespace ps::psctl {

@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/file_system.h"
+#include "common/platform/file_system.h"
 
 namespace ps::psctl {
 

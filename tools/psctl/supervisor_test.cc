@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/fault_injecting_file_system.h"
-#include "common/file_system.h"
+#include "common/platform/fault_injecting_file_system.h"
+#include "common/platform/file_system.h"
 
 namespace ps::psctl {
 namespace {

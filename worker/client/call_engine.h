@@ -26,8 +26,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "common/clock.h"
-#include "common/rpc.h"
+#include "common/platform/clock.h"
+#include "common/platform/rpc.h"
 #include "worker/client/ticket.h"
 #include "worker/client/transport.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/fake_clock.h"
+#include "common/platform/fake_clock.h"
 #include "worker/client/fake_transport.h"
 
 namespace ps::client {

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 #include "proto/parameter_service.pb.h"
 
 namespace ps::client {

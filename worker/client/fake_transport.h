@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/payload_codec.h"
+#include "common/wire/payload_codec.h"
 #include "proto/parameter_service.pb.h"
 #include "worker/client/transport.h"
 

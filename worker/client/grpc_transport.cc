@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "absl/base/call_once.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::client {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 #include "worker/client/transport.h"
 
 namespace ps::client {

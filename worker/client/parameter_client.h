@@ -38,9 +38,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/clock.h"
-#include "common/placement.h"
-#include "common/rpc.h"
+#include "common/platform/clock.h"
+#include "common/wire/placement.h"
+#include "common/platform/rpc.h"
 #include "proto/config.pb.h"
 #include "worker/client/session.h"
 #include "worker/client/ticket.h"
@@ -64,7 +64,7 @@ struct ParameterClientOptions {
   RetryPolicy retry;
   DType wire_dtype = FLOAT32;  // FLOAT16 / BFLOAT16 halve the bytes
   // The job's incarnation (WorkerAssignment.incarnation): push sequence
-  // numbers are SeqBase(incarnation) + 1, + 2, ... (common/rpc.h).
+  // numbers are SeqBase(incarnation) + 1, + 2, ... (common/platform/rpc.h).
   int64_t incarnation = 0;
   // Start RPCs on a thread of the client's instead of the caller's: gRPC
   // writes a request on the thread that starts it, so without this a
@@ -231,7 +231,7 @@ class ParameterClient {
       std::vector<absl::Span<float>> tensors) = 0;
 
   // Sparse tables. Each table's keys go to their shards
-  // (common/key_placement.h) in parallel, in messages of at most
+  // (common/wire/key_placement.h) in parallel, in messages of at most
   // max_request_bytes of keys and rows each (a pull's measured by its
   // answer), with the retries of every call; the answers' rows are written
   // straight into the caller's buffers, widened from the table's dtype.

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/fake_clock.h"
-#include "common/payload_codec.h"
-#include "common/placement.h"
+#include "common/platform/fake_clock.h"
+#include "common/wire/payload_codec.h"
+#include "common/wire/placement.h"
 #include "worker/client/fake_transport.h"
 
 namespace ps::client {

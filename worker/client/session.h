@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/rpc.h"
+#include "common/platform/rpc.h"
 #include "proto/parameter_service.pb.h"
 
 namespace ps::client {
@@ -25,7 +25,7 @@ class Session {
   static constexpr int64_t kPulledVersion = -1;
 
   // Push sequence numbers are SeqBase(incarnation) + 1, + 2, ...
-  // (common/rpc.h).
+  // (common/platform/rpc.h).
   Session(std::string job_id, int64_t worker_id, int num_shards,
           int64_t incarnation)
       : job_id_(std::move(job_id)),

@@ -10,9 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "common/key_placement.h"
-#include "common/payload_codec.h"
-#include "common/placement.h"
+#include "common/wire/key_placement.h"
+#include "common/wire/payload_codec.h"
+#include "common/wire/placement.h"
 #include "tools/data/zipf.h"
 #include "worker/client/fake_transport.h"
 #include "worker/client/parameter_client.h"

@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/fake_clock.h"
-#include "common/key_placement.h"
-#include "common/payload_codec.h"
-#include "common/placement.h"
-#include "common/rpc.h"
-#include "common/sparse_rows.h"
+#include "common/platform/fake_clock.h"
+#include "common/wire/key_placement.h"
+#include "common/wire/payload_codec.h"
+#include "common/wire/placement.h"
+#include "common/platform/rpc.h"
+#include "common/wire/sparse_rows.h"
 #include "worker/client/fake_transport.h"
 #include "worker/client/parameter_client.h"
 #include "worker/client/unique_keys.h"

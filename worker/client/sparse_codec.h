@@ -1,6 +1,6 @@
 // The sparse tables of one job on the wire, as one worker's client sends
-// them: each table's keys grouped by shard (common/key_placement.h), cut
-// into messages of bounded size (common/sparse_rows.h, SplitSparseRows),
+// them: each table's keys grouped by shard (common/wire/key_placement.h), cut
+// into messages of bounded size (common/wire/sparse_rows.h, SplitSparseRows),
 // and the Messages (call_engine.h) that carry them: a Pull of keys whose
 // answer's rows are written straight into the caller's row buffers, and a
 // Push of row gradients whose then_pull may ask back the next batch's rows.
@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/payload_codec.h"
+#include "common/wire/payload_codec.h"
 #include "proto/config.pb.h"
 #include "worker/client/call_engine.h"
 #include "worker/client/parameter_client.h"

@@ -5,7 +5,7 @@
 // (fake_transport.h) and answer attempts and fire backoff timers by hand.
 //
 // Requests and responses are grpc::ByteBuffers because that is what the
-// zero-copy payload codec (common/payload_codec.h) writes and reads: a
+// zero-copy payload codec (common/wire/payload_codec.h) writes and reads: a
 // request's payload slices point at the caller's tensor memory, and answers
 // are decoded straight from the received slices. No transport copies them.
 #ifndef PS_WORKER_CLIENT_TRANSPORT_H_
@@ -40,7 +40,7 @@ class Transport {
    public:
     virtual ~Listener() = default;
     // The attempt ended: OK with the response written, or its error (an
-    // RPC error as common/status.h converts it; CANCELLED once cancelled).
+    // RPC error as common/platform/status.h converts it; CANCELLED once cancelled).
     virtual void AttemptDone(absl::Status status) = 0;
     // The timer's time has come, or it was cancelled.
     virtual void TimerFired() = 0;

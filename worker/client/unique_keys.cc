@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/key_placement.h"
+#include "common/wire/key_placement.h"
 
 namespace ps::client {
 namespace {

@@ -8,7 +8,7 @@
 // Deduplication is hash-based (open addressing over a table the
 // deduplicator keeps between calls), O(n) in the batch's keys.
 // DeduplicateByShard also groups the unique keys by their shard
-// (common/key_placement.h): each shard's keys and rows are then contiguous
+// (common/wire/key_placement.h): each shard's keys and rows are then contiguous
 // runs of the caller's buffers, which the parameter client sends and fills
 // in place (worker/client/parameter_client.h, PullRows / PushRows).
 #ifndef PS_WORKER_CLIENT_UNIQUE_KEYS_H_
@@ -45,7 +45,7 @@ class KeyDeduplicator {
 
   // The same with the unique keys grouped by their shard among
   // `num_shards` (in [1, kMaxKeyShards]) in the table with `table_salt`
-  // (common/key_placement.h, TableSalt), and out->shard_begin set.
+  // (common/wire/key_placement.h, TableSalt), and out->shard_begin set.
   void DeduplicateByShard(absl::Span<const uint64_t> keys, uint64_t table_salt,
                           int num_shards, UniqueKeys* out);
 

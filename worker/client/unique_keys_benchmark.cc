@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/key_placement.h"
+#include "common/wire/key_placement.h"
 #include "tools/data/zipf.h"
 #include "worker/client/unique_keys.h"
 #include "worker/data/random.h"

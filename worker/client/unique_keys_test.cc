@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/key_placement.h"
+#include "common/wire/key_placement.h"
 
 namespace ps::client {
 namespace {

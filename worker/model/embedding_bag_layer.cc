@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "common/status.h"
+#include "common/platform/status.h"
 
 namespace ps::worker::model {
 namespace {

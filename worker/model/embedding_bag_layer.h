@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/model_graph.h"
+#include "common/spec/model_graph.h"
 #include "worker/model/layer.h"
 #include "worker/model/sparse_batch.h"
 

@@ -1,4 +1,4 @@
-// One layer of a layer model (common/model_graph.h) as code: forward and
+// One layer of a layer model (common/spec/model_graph.h) as code: forward and
 // backward over the Backend op API only, so the same layer runs on every
 // backend. worker/model/layer_model.h strings the layers of a graph
 // together; each layer sees device views of its inputs, its output and its
@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/model_graph.h"
+#include "common/spec/model_graph.h"
 #include "kernels/backend.h"
 
 namespace ps::worker::model {

@@ -1,8 +1,8 @@
-// A layer model (ModelSpec.layers, common/model_graph.h) behind the
+// A layer model (ModelSpec.layers, common/spec/model_graph.h) behind the
 // TrainableModel seam: its layers (worker/model/layer.h) run in the graph's
 // order on one backend, forward then backward, and the head's loss drives
 // the gradients. The dense tensors are the graph's, in the parameter
-// servers' order (common/model.h ExpandModel).
+// servers' order (common/spec/model.h ExpandModel).
 #ifndef PS_WORKER_MODEL_LAYER_MODEL_H_
 #define PS_WORKER_MODEL_LAYER_MODEL_H_
 

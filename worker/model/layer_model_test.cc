@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/model.h"
+#include "common/spec/model.h"
 #include "kernels/cpu_backend.h"
 #include "worker/model/model_test_util.h"
 
@@ -41,7 +41,7 @@ void Sgd(kernels::Backend* b, TrainableModel* m, float lr) {
 class MlpShorthandTest : public ::testing::TestWithParam<Activation> {};
 
 // The MLP shorthand is the same network as its Dense layers written out
-// (common/model_graph.h expands it so): the same losses, gradients and
+// (common/spec/model_graph.h expands it so): the same losses, gradients and
 // evaluation bit for bit, first layer in row blocks or not.
 TEST_P(MlpShorthandTest, MatchesItsLayersWrittenOutBitForBit) {
   ModelSpec spec;

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "common/platform/status.h"
 #include "worker/model/layer.h"
 
 namespace ps::worker::model {

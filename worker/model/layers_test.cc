@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/model_graph.h"
+#include "common/spec/model_graph.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_emulated_backend.h"
 #include "worker/model/layer.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/model.h"
+#include "common/spec/model.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_emulated_backend.h"
 #include "worker/model/layer_model.h"
@@ -239,7 +239,7 @@ TEST(MlpLayers, NamesParametersLikeTheParameterServer) {
   for (const ParameterInfo& q : p) EXPECT_NE(q.name, "fc9/weight");
 }
 
-// The tensors, names, order and shapes are common/model.h's (the parameter
+// The tensors, names, order and shapes are common/spec/model.h's (the parameter
 // servers place and initialise those); only the first layer's weight is
 // used in row blocks.
 TEST(MlpLayers, ParametersAreTheServersTensorsInTheirOrder) {

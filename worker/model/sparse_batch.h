@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/model_graph.h"
+#include "common/spec/model_graph.h"
 #include "kernels/backend.h"
 #include "worker/client/unique_keys.h"
 #include "worker/data/batch.h"
