@@ -16,7 +16,10 @@
 #              configs/demo/*.pbtxt), DEMO_DEVICE (cpu, cuda, cuda:N;
 #              default: auto), DEMO_CTR_LINES (the click log's training
 #              lines; default 1000000; 0 skips the second comparison;
-#              the jobs run configs/demo/ctr_*.pbtxt's max_steps either way).
+#              the jobs run configs/demo/ctr_*.pbtxt's max_steps either way),
+#              DEMO_DASHBOARD_PORT (the coordinator's web page, whose
+#              address `cluster up` prints: 0 a free port, the default;
+#              -1 off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -42,7 +45,10 @@ trap cleanup EXIT
 
 device_flag=()
 [[ -n "${DEMO_DEVICE:-}" ]] && device_flag=(--device "$DEMO_DEVICE")
-"${psctl[@]}" cluster up --servers 2 --workers 4 --bin_dir "$bin" "${device_flag[@]}"
+# Prints "dashboard: http://127.0.0.1:PORT/?token=...": the jobs' live
+# curves, events and explanations in a browser while the demo runs.
+"${psctl[@]}" cluster up --servers 2 --workers 4 --bin_dir "$bin" "${device_flag[@]}" \
+  --dashboard_port "${DEMO_DASHBOARD_PORT:-0}"
 "${psctl[@]}" cluster status
 
 jobs=()
