@@ -27,10 +27,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/spec/config.h"
 #include "common/platform/process.h"
 #include "common/platform/rpc.h"
-#include "kernels/blas_check.h"
+#include "common/spec/config.h"
+#include "kernels/blas_check_flag.h"
 #include "kernels/cpu_backend.h"
 #include "server/coordinator/shard_client.h"
 #include "server/shard/parameter_service.h"
@@ -44,11 +44,6 @@ ABSL_FLAG(int, repeats, 1,
           "Measurements of each case, each mode's after a fresh compute-only "
           "one; the summary gives the median and range of the ratios.");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads of the worker.");
-ABSL_FLAG(bool, blas_check, true,
-          "At start-up, restart once with OPENBLAS_CORETYPE set where "
-          "OpenBLAS fell back to a generic core on a CPU that has better "
-          "(as ps_worker does; a user-set OPENBLAS_CORETYPE is kept). "
-          "false: keep OpenBLAS's choice.");
 ABSL_FLAG(std::string, batches, "128,512", "Batch sizes to measure.");
 ABSL_FLAG(int, apply_threads, 0,
           "The in-process shard's BSP apply threads (ps_server "
@@ -403,15 +398,11 @@ int main(int argc, char** argv) {
       "the same worker's compute-only loop.");
   absl::ParseCommandLine(argc, argv);
   // First: it may restart this process (same pid and argv).
-  const ps::kernels::BlasStartupResult blas = ps::kernels::RunBlasStartupCheck(
-      absl::GetFlag(FLAGS_blas_check),
-      ps::kernels::MakeBlasCheckEnv(
-          std::getenv(ps::kernels::kBlasCoreTypeVariable),
-          std::getenv(ps::kernels::kBlasRestartMarker)),
-      argv);
+  const ps::kernels::BlasStartupResult blas =
+      ps::kernels::RunBlasStartupCheckAsFlagged(
+          argv, std::getenv(ps::kernels::kBlasCoreTypeVariable),
+          std::getenv(ps::kernels::kBlasRestartMarker));
   std::fprintf(stderr, "blas: %s\n", blas.message.c_str());
-  ps::DisableMutexDeadlockDetection();
-  ps::TuneMallocForLargeMessages(
-      ps::MallocTuningEnabled(std::getenv("PS_MALLOC_TUNING")));
+  ps::PrepareDaemonProcess(std::getenv("PS_MALLOC_TUNING"));
   return ps::Main();
 }

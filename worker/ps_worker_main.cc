@@ -19,10 +19,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/platform/daemon_flags.h"
 #include "common/platform/process.h"
 #include "common/platform/rpc.h"
 #include "common/platform/status.h"
-#include "kernels/blas_check.h"
+#include "kernels/blas_check_flag.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/gemm_probe.h"
@@ -32,30 +33,14 @@
 #include "worker/ps_access.h"
 #include "worker/trainer.h"
 
-ABSL_FLAG(std::string, coordinator, "",
-          "Coordinator address host:port (this or --coordinator_file).");
-ABSL_FLAG(std::string, coordinator_file, "",
-          "File holding the coordinator's host:port (the coordinator's own "
-          "--coordinator_file), read again whenever the coordinator is "
-          "unreachable: a coordinator restarted at another address is "
-          "found there.");
 ABSL_FLAG(std::string, device, "",
           "Compute device: cpu, cuda or cuda:N. Default: the first GPU if one "
           "works, else the CPU (the choice is logged).");
 ABSL_FLAG(std::string, data_root, "",
           "Directory with the dataset's IDX .gz files on this host; overrides "
           "the job's data.path (default: use data.path). IDX data only.");
-ABSL_FLAG(std::string, token_file, "",
-          "File holding the cluster token (default: $PS_TOKEN; empty = no "
-          "token). Never pass the token itself on the command line.");
 ABSL_FLAG(int, cpu_threads, 1, "BLAS threads for the CPU backend.");
 ABSL_FLAG(bool, allow_tf32, false, "Let cuBLAS use TF32 for fp32 GEMM.");
-ABSL_FLAG(bool, blas_check, true,
-          "At start-up, check the kernels OpenBLAS chose against the CPU: "
-          "where it fell back to a generic core on a CPU that has better "
-          "(OpenBLAS 0.3.21 on CPUs newer than it), restart once with "
-          "OPENBLAS_CORETYPE set to the core that fits. A user-set "
-          "OPENBLAS_CORETYPE is kept. false: keep OpenBLAS's choice.");
 ABSL_FLAG(int, heartbeat_interval_ms, 500, "Heartbeat period.");
 ABSL_FLAG(int, server_retry_s, 60,
           "How long to retry an unresponsive parameter server before "
@@ -70,14 +55,6 @@ ABSL_FLAG(int, health_port, -1,
           "--health_host:PORT: SERVING while heartbeats reach the "
           "coordinator (for Kubernetes probes). -1: off; 0: a free port.");
 ABSL_FLAG(std::string, health_host, "0.0.0.0", "Interface for --health_port.");
-ABSL_FLAG(
-    std::string, tls_cert, "",
-    "PEM client certificate (with --tls_key) presented to the coordinator "
-    "and the parameter servers (mutual TLS).");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA bundle: enables TLS to the coordinator and the servers and "
-          "verifies their certificates against it.");
 
 namespace ps::worker {
 namespace {
@@ -168,8 +145,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorLink>> ConnectToCoordinator(
     const TlsOptions& tls, const std::string& token, const std::string& device,
     const std::string& blas_core, double gflops) {
   CoordinatorLinkOptions lo;
-  lo.address = absl::GetFlag(FLAGS_coordinator);
-  lo.file = absl::GetFlag(FLAGS_coordinator_file);
+  const CoordinatorFlags coordinator = CoordinatorFromFlags();
+  lo.address = coordinator.address;
+  lo.file = coordinator.file;
   lo.tls = tls;
   lo.token = token;
   lo.device = device;
@@ -208,8 +186,7 @@ int SetUp(const std::string& blas_core, WorkerProcess& w) {
                  absl::GetFlag(FLAGS_wait_spin_us));
     return 2;
   }
-  absl::StatusOr<std::string> token = ReadClusterToken(
-      absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
+  absl::StatusOr<std::string> token = TokenFromFlags(std::getenv("PS_TOKEN"));
   if (!token.ok()) return Fail(token.status(), 2);
   w.token = *std::move(token);
   absl::StatusOr<Device> device =
@@ -228,9 +205,7 @@ int SetUp(const std::string& blas_core, WorkerProcess& w) {
   std::fprintf(stderr, "worker: GEMM probe %.1f GFLOP/s (%d^3 fp32 on %s)\n",
                *gflops, probe_options.n, w.device.name.c_str());
 
-  w.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  w.tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  w.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  w.tls = TlsFromFlags();
   absl::StatusOr<std::unique_ptr<CoordinatorLink>> link =
       ConnectToCoordinator(w.tls, w.token, w.device.name, blas_core, *gflops);
   if (!link.ok()) {
@@ -537,16 +512,12 @@ int main(int argc, char** argv) {
       "OPENBLAS_CORETYPE, if set, is kept (see --blas_check).");
   absl::ParseCommandLine(argc, argv);
   // First: it may restart this process (same pid and argv).
-  const ps::kernels::BlasStartupResult blas = ps::kernels::RunBlasStartupCheck(
-      absl::GetFlag(FLAGS_blas_check),
-      ps::kernels::MakeBlasCheckEnv(
-          std::getenv(ps::kernels::kBlasCoreTypeVariable),
-          std::getenv(ps::kernels::kBlasRestartMarker)),
-      argv);
+  const ps::kernels::BlasStartupResult blas =
+      ps::kernels::RunBlasStartupCheckAsFlagged(
+          argv, std::getenv(ps::kernels::kBlasCoreTypeVariable),
+          std::getenv(ps::kernels::kBlasRestartMarker));
   std::fprintf(stderr, "worker: blas: %s\n", blas.message.c_str());
-  ps::DisableMutexDeadlockDetection();
-  ps::TuneMallocForLargeMessages(
-      ps::MallocTuningEnabled(std::getenv("PS_MALLOC_TUNING")));
+  ps::PrepareDaemonProcess(std::getenv("PS_MALLOC_TUNING"));
   signal(SIGTERM, ps::worker::OnSignal);
   signal(SIGINT, ps::worker::OnSignal);
   signal(SIGPIPE, SIG_IGN);

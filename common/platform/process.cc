@@ -38,4 +38,9 @@ bool ReleaseFreedMemory() {
 #endif
 }
 
+void PrepareDaemonProcess(const char* ps_malloc_tuning) {
+  DisableMutexDeadlockDetection();
+  TuneMallocForLargeMessages(MallocTuningEnabled(ps_malloc_tuning));
+}
+
 }  // namespace ps

@@ -41,6 +41,13 @@ bool ReleaseFreedMemory();
 // asks for TuneMallocForLargeMessages: anything but "0".
 bool MallocTuningEnabled(const char* ps_malloc_tuning);
 
+// The prologue of every daemon and benchmark main(), after its flags are
+// parsed (and a BLAS user's start-up check, which may restart the process:
+// kernels/blas_check_flag.h) and before any thread starts:
+// DisableMutexDeadlockDetection, then TuneMallocForLargeMessages as
+// $PS_MALLOC_TUNING (`ps_malloc_tuning`, read by main()) says.
+void PrepareDaemonProcess(const char* ps_malloc_tuning);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_PLATFORM_PROCESS_H_

@@ -20,6 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/platform/clock.h"
 #include "common/platform/coordinator_address.h"
+#include "common/platform/daemon_flags.h"
 #include "common/platform/file_system.h"
 #include "common/platform/metrics.h"
 #include "common/platform/process.h"
@@ -32,23 +33,11 @@
 #include "server/coordinator/job_store.h"
 #include "server/coordinator/shard_client.h"
 
-ABSL_FLAG(std::string, host, "127.0.0.1",
-          "Address to listen on (0.0.0.0 for every interface).");
-ABSL_FLAG(int, port, 0,
-          "Port of the CoordinatorService; 0 picks a free one (printed on "
-          "stdout and written to --port_file).");
-ABSL_FLAG(std::string, port_file, "",
-          "If set, the chosen port is written to this file (atomically) once "
-          "the server accepts calls.");
 ABSL_FLAG(std::string, coordinator_file, "",
           "If set, this coordinator's host:port is written to this file "
           "(atomically) once it accepts calls; daemons and psctl given the "
           "same file with --coordinator_file follow it, and find a "
           "coordinator restarted at another address there.");
-ABSL_FLAG(std::string, advertise_address, "",
-          "host:port written to --coordinator_file (a host alone: with the "
-          "chosen port); default <host>:<chosen port> (the hostname when "
-          "--host is 0.0.0.0).");
 ABSL_FLAG(int64_t, restart_grace_ms, 30000,
           "After a restart that found running jobs, nobody is evicted for "
           "missed heartbeats, a barrier or slowness for this long (at least "
@@ -64,9 +53,6 @@ ABSL_FLAG(std::string, data_dir, "",
           "Directory of the durable job store (job records, events, metric "
           "series). Required; a restart on the same directory resumes every "
           "job.");
-ABSL_FLAG(std::string, token_file, "",
-          "File holding the cluster token every call must carry. Without it "
-          "the token comes from $PS_TOKEN; neither set: no authentication.");
 ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000,
           "How often members are told to heartbeat; also the period of the "
           "coordinator's failure detection and scheduling.");
@@ -92,13 +78,6 @@ ABSL_FLAG(std::string, http_port_file, "",
 ABSL_FLAG(std::string, dashboard_chart_js,
           "/usr/share/javascript/chart.js/chart.min.js",
           "chart.js the dashboard serves (Debian's libjs-chart.js).");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate of this coordinator (TLS on when set with "
-          "--tls_key); also presented to the shards as client identity.");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA: clients must present a certificate it signed (mutual "
-          "TLS), and shards are verified against it.");
 
 namespace ps::coordinator {
 namespace {
@@ -109,7 +88,7 @@ absl::Status PublishAddress(const std::string& host, int port) {
   if (file.empty()) return absl::OkStatus();
   return PublishCoordinatorAddress(
       FileSystem::Posix(), file,
-      AdvertisedAddress(absl::GetFlag(FLAGS_advertise_address), host, port));
+      AdvertisedAddress(ListenFromFlags().advertise_address, host, port));
 }
 
 int Run() {
@@ -126,17 +105,13 @@ int Run() {
     std::fprintf(stderr, "coordinator: --data_dir is required (see --help)\n");
     return 2;
   }
-  absl::StatusOr<std::string> token = ReadClusterToken(
-      absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
+  absl::StatusOr<std::string> token = TokenFromFlags(std::getenv("PS_TOKEN"));
   if (!token.ok()) {
     std::fprintf(stderr, "coordinator: %s\n",
                  std::string(token.status().message()).c_str());
     return 2;
   }
-  TlsOptions tls;
-  tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  const TlsOptions tls = TlsFromFlags();
 
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(data_dir);
   if (!store.ok()) {
@@ -189,14 +164,14 @@ int Run() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  const std::string host = absl::GetFlag(FLAGS_host);
-  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
-                           *creds, &port);
+  const ListenFlags listen = ListenFromFlags();
+  const std::string& host = listen.host;
+  builder.AddListeningPort(absl::StrCat(host, ":", listen.port), *creds, &port);
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "coordinator: cannot listen on %s:%d\n", host.c_str(),
-                 absl::GetFlag(FLAGS_port));
+                 listen.port);
     return 1;
   }
 
@@ -258,7 +233,7 @@ int Run() {
                 dashboard_server->url().c_str());
   }
 
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  const std::string port_file = listen.port_file;
   if (!port_file.empty()) {
     absl::Status s = WriteFileAtomically(FileSystem::Posix(), port_file,
                                          absl::StrCat(port, "\n"));

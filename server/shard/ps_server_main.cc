@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/platform/coordinator_address.h"
+#include "common/platform/daemon_flags.h"
 #include "common/platform/file_system.h"
 #include "common/platform/metrics.h"
 #include "common/platform/process.h"
@@ -31,27 +32,6 @@
 #include "server/shard/parameter_service.h"
 #include "server/shard/shard_store.h"
 
-ABSL_FLAG(std::string, host, "127.0.0.1",
-          "Address to listen on; 0.0.0.0 to accept connections from other "
-          "hosts.");
-ABSL_FLAG(int, port, 0,
-          "Port of the ParameterService; 0 picks a free port, which is "
-          "printed and written to --port_file.");
-ABSL_FLAG(std::string, port_file, "",
-          "If set, the chosen port is written here (atomically) once the "
-          "server accepts connections.");
-ABSL_FLAG(std::string, advertise_address, "",
-          "host:port the coordinator hands to workers; default "
-          "<host>:<chosen port> (the hostname when --host is 0.0.0.0).");
-ABSL_FLAG(std::string, coordinator, "",
-          "Coordinator address (host:port) to register and heartbeat with. "
-          "Empty: no registration; the server is driven directly by its "
-          "SetupJob RPC.");
-ABSL_FLAG(std::string, coordinator_file, "",
-          "File holding the coordinator's host:port (the coordinator's own "
-          "--coordinator_file), read again whenever the coordinator is "
-          "unreachable: a coordinator restarted at another address is "
-          "found there. Instead of --coordinator.");
 ABSL_FLAG(int64_t, member_id, 0,
           "This shard's member id (its identity in the coordinator's jobs). "
           "0: the one kept in --data_dir from an earlier registration, else "
@@ -59,10 +39,6 @@ ABSL_FLAG(int64_t, member_id, 0,
 ABSL_FLAG(std::string, data_dir, "",
           "Directory for checkpoints (<data_dir>/<job_id>/). Empty: "
           "checkpoints are refused and SetupJob(restore) starts fresh.");
-ABSL_FLAG(std::string, token_file, "",
-          "File holding the cluster token; if empty, the PS_TOKEN environment "
-          "variable is used. No token: calls are not authenticated. (Never "
-          "pass the token itself on the command line.)");
 ABSL_FLAG(int, threads, 8,
           "Threads serving pulls and end-of-step pushes that must wait (BSP "
           "barrier, SSP bound) at start; more are started when all of them "
@@ -76,12 +52,6 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(int, max_message_bytes, ps::kDefaultMaxMessageBytes,
           "Largest gRPC message accepted or sent. Clients split larger "
           "transfers into chunks below it.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate of this server (enables TLS with --tls_key).");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA: clients must present a certificate it signed (mutual "
-          "TLS); also used to verify the coordinator.");
 ABSL_FLAG(bool, checkpoint_on_exit, false,
           "On SIGTERM/SIGINT, write a final checkpoint of every job after "
           "in-flight calls finished.");
@@ -181,15 +151,15 @@ absl::StatusOr<int64_t> InitialMemberId() {
 }
 
 // The coordinator named by --coordinator or --coordinator_file; nullptr
-// when neither is given (no registration).
-absl::StatusOr<std::unique_ptr<CoordinatorConnection>> CoordinatorFromFlags(
+// when neither is given (no registration: the server is driven directly by
+// its SetupJob RPC).
+absl::StatusOr<std::unique_ptr<CoordinatorConnection>> ConnectCoordinator(
     const TlsOptions& tls) {
-  const std::string address = absl::GetFlag(FLAGS_coordinator);
-  const std::string file = absl::GetFlag(FLAGS_coordinator_file);
-  if (address.empty() && file.empty()) return nullptr;
+  const CoordinatorFlags flags = CoordinatorFromFlags();
+  if (flags.address.empty() && flags.file.empty()) return nullptr;
   ChannelOptions options;
   options.tls = tls;
-  return CoordinatorConnection::Create(address, file, options);
+  return CoordinatorConnection::Create(flags.address, flags.file, options);
 }
 
 // With --metrics_port, serves the metrics and prints the bound port.
@@ -198,7 +168,7 @@ absl::Status ServeMetrics(MetricsRegistry& metrics) {
   if (mport < 0) return absl::OkStatus();
   PS_ASSIGN_OR_RETURN(
       const int bound,
-      metrics.Serve(absl::StrCat(absl::GetFlag(FLAGS_host), ":", mport)));
+      metrics.Serve(absl::StrCat(ListenFromFlags().host, ":", mport)));
   std::printf("metrics_port=%d\n", bound);
   std::fflush(stdout);
   return absl::OkStatus();
@@ -246,21 +216,20 @@ std::unique_ptr<grpc::Server> StartGrpcServer(ParameterServiceAdapter& service,
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   port = 0;
-  const std::string host = absl::GetFlag(FLAGS_host);
-  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
-                           *creds, &port);
+  const ListenFlags listen = ListenFromFlags();
+  const std::string& host = listen.host;
+  builder.AddListeningPort(absl::StrCat(host, ":", listen.port), *creds, &port);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(service.service());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    Log(absl::StrCat("cannot listen on ", host, ":",
-                     absl::GetFlag(FLAGS_port)));
+    Log(absl::StrCat("cannot listen on ", host, ":", listen.port));
     return nullptr;
   }
   std::printf("ps_server listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
-  if (const std::string pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
+  if (const std::string& pf = listen.port_file; !pf.empty()) {
     if (absl::Status s = WriteFileAtomically(FileSystem::Posix(), pf,
                                              absl::StrCat(port, "\n"));
         !s.ok()) {
@@ -314,8 +283,7 @@ int ShutDown(ShardStore& store, grpc::Server& server,
 }
 
 int Run() {
-  absl::StatusOr<std::string> token = ReadClusterToken(
-      absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
+  absl::StatusOr<std::string> token = TokenFromFlags(std::getenv("PS_TOKEN"));
   if (!token.ok()) {
     Log(token.status().ToString());
     return 2;
@@ -325,10 +293,7 @@ int Run() {
     Log(member_id.status().ToString());
     return 2;
   }
-  TlsOptions tls;
-  tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
-  tls.key_file = absl::GetFlag(FLAGS_tls_key);
-  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  const TlsOptions tls = TlsFromFlags();
 
   // SIGTERM / SIGINT are taken by a dedicated thread via sigwait; block them
   // before any other thread starts so that every thread inherits the mask.
@@ -360,7 +325,7 @@ int Run() {
   // Before any thread starts: returning with a joinable std::thread would
   // terminate the process instead of exiting 2.
   absl::StatusOr<std::unique_ptr<CoordinatorConnection>> coordinator =
-      CoordinatorFromFlags(tls);
+      ConnectCoordinator(tls);
   if (!coordinator.ok()) {
     Log(coordinator.status().ToString());
     return 2;
@@ -378,8 +343,8 @@ int Run() {
   if (*coordinator != nullptr) {
     coordinator_thread =
         std::thread(CoordinatorLoop, coordinator->get(),
-                    AdvertisedAddress(absl::GetFlag(FLAGS_advertise_address),
-                                      absl::GetFlag(FLAGS_host), port),
+                    AdvertisedAddress(ListenFromFlags().advertise_address,
+                                      ListenFromFlags().host, port),
                     *token, *member_id, &stop);
   }
 
@@ -407,8 +372,6 @@ int main(int argc, char** argv) {
       "PS_MALLOC_TUNING=0 keeps glibc's allocator defaults instead of "
       "keeping freed message buffers (up to 256 MB) in the process.\n");
   absl::ParseCommandLine(argc, argv);
-  ps::DisableMutexDeadlockDetection();
-  ps::TuneMallocForLargeMessages(
-      ps::MallocTuningEnabled(std::getenv("PS_MALLOC_TUNING")));
+  ps::PrepareDaemonProcess(std::getenv("PS_MALLOC_TUNING"));
   return ps::server::Run();
 }
