@@ -88,7 +88,7 @@ expect 0 "list" -- psctl list
 has "$job" "$T/out" "job listed"
 expect 0 "status" -- psctl status "$job"
 has "SUCCEEDED" "$T/out" "status shows the state"
-has "^metric     test accuracy 0\.[0-9]* (best 0\.[0-9]*, higher is better; [0-9]* evaluations\?)" "$T/out" "status shows the job's metric"
+has "^metric     test accuracy 0\.[0-9]* (best 0\.[0-9]*, higher is better; [0-9]* evaluations\?, the last of the final model)" "$T/out" "status shows the job's metric, evaluated on the final model"
 expect 0 "metrics csv" -- psctl metrics "$job" --format csv
 has "job_id,name,step,epoch,time_ms,member_id,value,incarnation" "$T/out" "csv header"
 has ",train_loss," "$T/out" "csv rows"
