@@ -21,22 +21,13 @@ start_s=$SECONDS
 psctl() { "$PSCTL" --run_dir "$RUN" --timeout 20 "$@"; }
 log() { echo "dashboard_browser_test: $(date -u +%H:%M:%S) $*"; }
 
-write_xml() {  # result(pass|skip|fail) message
-  [[ -n "${XML_OUTPUT_FILE:-}" ]] || return 0
-  local body="" msg=${2//&/&amp;}
-  msg=${msg//</&lt;}
-  msg=${msg//\"/&quot;}
-  case $1 in
-    skip) body="<skipped message=\"$msg\"/>" ;;
-    fail) body="<failure message=\"$msg\"/>" ;;
-  esac
-  cat >"$XML_OUTPUT_FILE" <<EOF
-<?xml version="1.0" encoding="UTF-8"?>
-<testsuites><testsuite name="dashboard_browser_test" tests="1" failures="$([[ $1 == fail ]] && echo 1 || echo 0)" skipped="$([[ $1 == skip ]] && echo 1 || echo 0)">
-<testcase name="DashboardInChromium" classname="tests.dashboard_browser_test" time="$((SECONDS - start_s))">$body</testcase>
-</testsuite></testsuites>
-EOF
-}
+TEST_XML_SUITE=dashboard_browser_test
+TEST_XML_CASE=DashboardInChromium
+if [[ -n ${TEST_SRCDIR:-} ]]; then
+  source "$TEST_SRCDIR/ps/tests/test_xml.sh"
+else
+  source "$(dirname "$0")/test_xml.sh"
+fi
 skip() {
   log "SKIPPED: $*"
   write_xml skip "$*"

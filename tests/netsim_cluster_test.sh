@@ -31,22 +31,13 @@ log() { echo "netsim_cluster_test: $(date -u +%H:%M:%S) $*"; }
 
 # Bash 5.2 would expand & in a ${var//x/y} replacement to the match.
 shopt -u patsub_replacement 2>/dev/null || true
-write_xml() {  # result(pass|skip|fail) message
-  [[ -n "${XML_OUTPUT_FILE:-}" ]] || return 0
-  local body="" msg=${2//&/&amp;}
-  msg=${msg//</&lt;}
-  msg=${msg//\"/&quot;}
-  case $1 in
-    skip) body="<skipped message=\"$msg\"/>" ;;
-    fail) body="<failure message=\"$msg\"/>" ;;
-  esac
-  cat >"$XML_OUTPUT_FILE" <<EOT
-<?xml version="1.0" encoding="UTF-8"?>
-<testsuites><testsuite name="netsim_cluster_test" tests="1" failures="$([[ $1 == fail ]] && echo 1 || echo 0)" skipped="$([[ $1 == skip ]] && echo 1 || echo 0)">
-<testcase name="ClusterAcrossNamespaces" classname="tests.netsim_cluster_test" time="$((SECONDS - start_s))">$body</testcase>
-</testsuite></testsuites>
-EOT
-}
+TEST_XML_SUITE=netsim_cluster_test
+TEST_XML_CASE=ClusterAcrossNamespaces
+if [[ -n ${TEST_SRCDIR:-} ]]; then
+  source "$TEST_SRCDIR/ps/tests/test_xml.sh"
+else
+  source "$(dirname "$0")/test_xml.sh"
+fi
 skip() { log "SKIPPED: $*"; write_xml skip "$*"; exit 0; }
 
 servers=1 models=BSP cut=worker
