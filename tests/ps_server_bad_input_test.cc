@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "common/wire/placement.h"
 #include "common/platform/rpc.h"
 #include "common/spec/test_job_spec.h"
+#include "common/wire/placement.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "tests/ps_server_process.h"
 

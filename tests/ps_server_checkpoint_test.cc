@@ -7,9 +7,9 @@
 
 #include <vector>
 
-#include "common/wire/placement.h"
 #include "common/platform/rpc.h"
 #include "common/platform/status.h"
+#include "common/wire/placement.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "tests/ps_server_process.h"
 #include "worker/client/parameter_client.h"

@@ -12,12 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/wire/key_placement.h"
-#include "common/wire/payload_codec.h"
-#include "common/wire/placement.h"
 #include "common/platform/rpc.h"
 #include "common/platform/status.h"
 #include "common/spec/test_job_spec.h"
+#include "common/wire/key_placement.h"
+#include "common/wire/payload_codec.h"
+#include "common/wire/placement.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "tests/ps_server_process.h"
 #include "worker/client/parameter_client.h"

@@ -15,8 +15,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
-#include "common/wire/placement.h"
 #include "common/platform/rpc.h"
+#include "common/wire/placement.h"
 #include "proto/parameter_service.grpc.pb.h"
 #include "tests/ps_server_process.h"
 #include "worker/client/parameter_client.h"

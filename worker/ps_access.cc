@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/platform/status.h"
 #include "common/spec/model.h"
 #include "common/wire/placement.h"
-#include "common/platform/status.h"
 #include "worker/client/parameter_client.h"
 
 namespace ps::worker {

@@ -1,6 +1,6 @@
 // Wall time, injected wherever a daemon stamps or compares times so that
-// tests can move it by hand (common/platform/fake_clock.h). Never used for waiting:
-// condition waits take absl deadlines from the real clock.
+// tests can move it by hand (common/platform/fake_clock.h). Never used for
+// waiting: condition waits take absl deadlines from the real clock.
 #ifndef PS_COMMON_PLATFORM_CLOCK_H_
 #define PS_COMMON_PLATFORM_CLOCK_H_
 

@@ -1,9 +1,9 @@
 // The file seam (LevelDB's Env, cut down to what the daemons need): every
 // file the daemons keep (checkpoints, the coordinator's job store, port
 // files) goes through a FileSystem, so that tests can make any write, fsync
-// or rename fail (common/platform/fault_injecting_file_system.h) and check what a
-// failure leaves behind. WriteFileAtomically below is the one atomic write
-// of the tree.
+// or rename fail (common/platform/fault_injecting_file_system.h) and check what
+// a failure leaves behind. WriteFileAtomically below is the one atomic write of
+// the tree.
 //
 // Errors name the path and the system error: PERMISSION_DENIED when the
 // system refuses (EACCES, EPERM), NOT_FOUND where a method says so,

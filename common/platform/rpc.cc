@@ -5,8 +5,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/spec/config.h"
 #include "common/platform/status.h"
+#include "common/spec/config.h"
 
 namespace ps {
 namespace {

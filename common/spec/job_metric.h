@@ -1,9 +1,10 @@
 // The test metrics a job is judged by (AUC, log loss, RMSE, accuracy): their
 // names in job specs and in the evaluator's metric points, which direction is
 // better, the targets that make sense for each, and which one is "the job's
-// metric". The arithmetic of the metrics themselves is common/spec/eval_metrics.h;
-// this is the vocabulary that the job spec's validation (common/spec/config.cc)
-// and psctl's reports (tools/psctl/report.h) share. Stateless; thread-safe.
+// metric". The arithmetic of the metrics themselves is
+// common/spec/eval_metrics.h; this is the vocabulary that the job spec's
+// validation (common/spec/config.cc) and psctl's reports (tools/psctl/report.h)
+// share. Stateless; thread-safe.
 #ifndef PS_COMMON_SPEC_JOB_METRIC_H_
 #define PS_COMMON_SPEC_JOB_METRIC_H_
 

@@ -1,10 +1,10 @@
 // Layer models resolved: the DAG of named layers over named model inputs
 // that ModelSpec.layers (or the MlpSpec shorthand) describes, with every
 // node's shape, an order to run the layers in, each layer's dense tensors
-// and sparse table, and the head. Config validation (common/spec/config.h) reports
-// its problems with their lines; the worker's model layer (worker/model/)
-// builds the runnable model from it; ExpandModel (common/spec/model.h) takes the
-// dense tensors from it.
+// and sparse table, and the head. Config validation (common/spec/config.h)
+// reports its problems with their lines; the worker's model layer
+// (worker/model/) builds the runnable model from it; ExpandModel
+// (common/spec/model.h) takes the dense tensors from it.
 #ifndef PS_COMMON_SPEC_MODEL_GRAPH_H_
 #define PS_COMMON_SPEC_MODEL_GRAPH_H_
 

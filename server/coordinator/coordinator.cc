@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/spec/config.h"
 #include "common/platform/status.h"
+#include "common/spec/config.h"
 #include "server/coordinator/data_assignment.h"
 #include "server/coordinator/explain.h"
 #include "server/coordinator/job_liveness.h"

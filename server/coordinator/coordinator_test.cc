@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/spec/data_plan.h"
 #include "common/platform/fake_clock.h"
+#include "common/spec/data_plan.h"
 #include "server/coordinator/job_state.h"
 #include "server/coordinator/test_fakes.h"
 

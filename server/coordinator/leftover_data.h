@@ -1,7 +1,7 @@
-// Workers' data plans (WorkerSlot.plan, common/spec/data_plan.h) and what becomes
-// of a departed worker's untrained batches. A job starts with rank i's plan
-// being all of data shard i from clock 0. When a worker leaves for good, its
-// plan is cut at the last clock it reported and the rest is, under
+// Workers' data plans (WorkerSlot.plan, common/spec/data_plan.h) and what
+// becomes of a departed worker's untrained batches. A job starts with rank i's
+// plan being all of data shard i from clock 0. When a worker leaves for good,
+// its plan is cut at the last clock it reported and the rest is, under
 // data.leftover_data:
 //   TRAIN (default)  spread over the survivors, continued where it stopped:
 //                    under ASP over those still training in nearly equal

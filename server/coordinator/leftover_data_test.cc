@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/spec/data_plan.h"
 #include "common/platform/fake_clock.h"
+#include "common/spec/data_plan.h"
 #include "server/coordinator/data_assignment.h"
 #include "server/coordinator/job_store.h"
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/spec/data_plan.h"
 #include "common/platform/fake_clock.h"
+#include "common/spec/data_plan.h"
 #include "server/coordinator/test_fakes.h"
 
 namespace ps::coordinator {

@@ -5,9 +5,9 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "server/shard/float_runs.h"
-#include "common/wire/payload_codec.h"
 #include "common/platform/status.h"
+#include "common/wire/payload_codec.h"
+#include "server/shard/float_runs.h"
 #include "server/shard/vector_clones.h"
 
 namespace ps::server {

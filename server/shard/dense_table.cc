@@ -6,9 +6,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/platform/status.h"
 #include "common/spec/initializer.h"
 #include "common/spec/model.h"
-#include "common/platform/status.h"
 #include "server/shard/dense_gradient.h"
 #include "server/shard/vector_clones.h"
 

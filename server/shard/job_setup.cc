@@ -5,10 +5,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "common/spec/config.h"
-#include "common/spec/model.h"
 #include "common/platform/rpc.h"
 #include "common/platform/status.h"
+#include "common/spec/config.h"
+#include "common/spec/model.h"
 #include "server/shard/dense_table.h"
 #include "server/shard/sparse_table.h"
 

@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/platform/status.h"
 #include "common/wire/payload_codec.h"
 #include "common/wire/sparse_rows.h"
-#include "common/platform/status.h"
 #include "proto/parameter_service.grpc.pb.h"
 
 namespace ps::server {

@@ -89,9 +89,9 @@ struct ShardStoreOptions {
   // thread and apply_threads - 1 helpers), chunks spread over them; >= 1.
   int apply_threads = 1;
   // Called after TeardownJob dropped a job's state (ps_server:
-  // ReleaseFreedMemory, common/platform/process.h), so that the memory its tables
-  // freed leaves the process instead of staying in the allocator's heaps;
-  // null: nothing. Runs on the TeardownJob caller's thread, with no lock
+  // ReleaseFreedMemory, common/platform/process.h), so that the memory its
+  // tables freed leaves the process instead of staying in the allocator's
+  // heaps; null: nothing. Runs on the TeardownJob caller's thread, with no lock
   // held.
   std::function<void()> after_teardown;
 };

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <utility>
 
-#include "common/wire/placement.h"
 #include "common/spec/test_job_spec.h"
+#include "common/wire/placement.h"
 
 namespace ps::server {
 

@@ -1,6 +1,6 @@
 // A sparse embedding table (proto/config.proto, SparseTableSpec): the rows
-// of one table whose keys this shard owns (common/wire/key_placement.h), created
-// on their first pull or push from the initializer of (job seed, table
+// of one table whose keys this shard owns (common/wire/key_placement.h),
+// created on their first pull or push from the initializer of (job seed, table
 // name, key) (common/spec/initializer.h), updated by the table's optimizer
 // (sparse_optimizer.h), held in a striped row map (sparse_row_map.h). A
 // Table (table.h) with no parts: it never applies before a BSP step closes,

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/platform/fake_clock.h"
+#include "common/platform/metrics.h"
 #include "common/spec/initializer.h"
 #include "common/wire/key_placement.h"
-#include "common/platform/metrics.h"
 #include "common/wire/payload_codec.h"
 #include "server/shard/shard_store.h"
 #include "server/shard/shard_test_util.h"

@@ -15,9 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/platform/coordinator_address.h"
-#include "common/spec/job_metric.h"
 #include "common/platform/rpc.h"
 #include "common/platform/status.h"
+#include "common/spec/job_metric.h"
 #include "proto/coordinator_service.grpc.pb.h"
 #include "tools/psctl/report.h"
 

@@ -23,8 +23,8 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/spec/config.h"
 #include "common/platform/status.h"
+#include "common/spec/config.h"
 #include "tools/psctl/local_cluster.h"
 
 extern char** environ;

@@ -18,10 +18,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/spec/config.h"
 #include "common/platform/file_system.h"
 #include "common/platform/rpc.h"
 #include "common/platform/status.h"
+#include "common/spec/config.h"
 #include "proto/coordinator_service.grpc.pb.h"
 #include "tools/psctl/supervisor.h"
 

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/platform/status.h"
 #include "common/wire/key_placement.h"
 #include "common/wire/payload_codec.h"
-#include "common/platform/status.h"
 #include "worker/client/call_engine.h"
 #include "worker/client/dense_codec.h"
 #include "worker/client/grpc_transport.h"

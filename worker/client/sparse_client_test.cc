@@ -16,10 +16,10 @@
 
 #include "absl/strings/match.h"
 #include "common/platform/fake_clock.h"
+#include "common/platform/rpc.h"
 #include "common/wire/key_placement.h"
 #include "common/wire/payload_codec.h"
 #include "common/wire/placement.h"
-#include "common/platform/rpc.h"
 #include "common/wire/sparse_rows.h"
 #include "worker/client/fake_transport.h"
 #include "worker/client/parameter_client.h"

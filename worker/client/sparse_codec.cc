@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/platform/status.h"
 #include "common/wire/key_placement.h"
 #include "common/wire/sparse_rows.h"
-#include "common/platform/status.h"
 #include "proto/parameter_service.pb.h"
 
 namespace ps::client {

@@ -40,7 +40,8 @@ class Transport {
    public:
     virtual ~Listener() = default;
     // The attempt ended: OK with the response written, or its error (an
-    // RPC error as common/platform/status.h converts it; CANCELLED once cancelled).
+    // RPC error as common/platform/status.h converts it; CANCELLED once
+    // cancelled).
     virtual void AttemptDone(absl::Status status) = 0;
     // The timer's time has come, or it was cancelled.
     virtual void TimerFired() = 0;

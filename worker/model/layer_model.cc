@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/spec/model_graph.h"
 #include "common/platform/status.h"
+#include "common/spec/model_graph.h"
 #include "worker/model/embedding_bag_layer.h"
 #include "worker/model/head.h"
 #include "worker/model/layer.h"
