@@ -18,28 +18,15 @@ set -uo pipefail
 
 start_s=$SECONDS
 log() { echo "k8s_manifests_test: $*"; }
-write_xml() {  # pass|skip|fail message
-  [[ -n "${XML_OUTPUT_FILE:-}" ]] || return 0
-  local body="" msg=${2//&/&amp;}
-  msg=${msg//</&lt;}
-  msg=${msg//\"/&quot;}
-  case $1 in
-    skip) body="<skipped message=\"$msg\"/>" ;;
-    fail) body="<failure message=\"$msg\"/>" ;;
-  esac
-  cat >"$XML_OUTPUT_FILE" <<EOF
-<?xml version="1.0" encoding="UTF-8"?>
-<testsuites><testsuite name="k8s_manifests_test" tests="1" failures="$([[ $1 == fail ]] && echo 1 || echo 0)" skipped="$([[ $1 == skip ]] && echo 1 || echo 0)">
-<testcase name="ManifestsAndFlags" classname="tests.k8s_manifests_test" time="$((SECONDS - start_s))">$body</testcase>
-</testsuite></testsuites>
-EOF
-}
 
 if [[ -n "${TEST_SRCDIR:-}" ]]; then
   root=$TEST_SRCDIR/${TEST_WORKSPACE:-ps}
 else
   root=$(cd "$(dirname "$0")/.." && pwd)
 fi
+TEST_XML_SUITE=k8s_manifests_test
+TEST_XML_CASE=ManifestsAndFlags
+source "$root/tests/test_xml.sh"
 abs() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }
 coordinator=$(abs "${1:?usage: $0 COORDINATOR PS_SERVER PS_WORKER PSCTL}")
 server=$(abs "$2")
