@@ -262,33 +262,39 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       const absl::Status s = Call([&](CoordinatorService::Stub& stub) {
         return stub.ReportMetrics(&ctx, report.request, &resp);
       });
-      absl::MutexLock l(&mu_);
-      sending_ = false;
-      if (IsRetryable(s)) {
-        if (!holding) {
-          std::fprintf(stderr,
-                       "worker: metrics held until the coordinator is "
-                       "reachable (%s)\n",
-                       std::string(s.message()).c_str());
-          holding = true;
+      absl::Duration wait = absl::ZeroDuration();
+      {
+        absl::MutexLock l(&mu_);
+        sending_ = false;
+        if (IsRetryable(s)) {
+          if (!holding) {
+            std::fprintf(stderr,
+                         "worker: metrics held until the coordinator is "
+                         "reachable (%s)\n",
+                         std::string(s.message()).c_str());
+            holding = true;
+          }
+          wait = backoff;
+          backoff = std::min(backoff * 2, absl::Seconds(1));
+        } else {
+          if (!s.ok()) {
+            std::fprintf(stderr, "worker: metrics for job %s refused: %s\n",
+                         report.request.job_id().c_str(),
+                         std::string(s.message()).c_str());
+          } else if (holding) {
+            std::fprintf(stderr, "worker: held metrics delivered\n");
+            holding = false;
+          }
+          backoff = absl::Milliseconds(50);
+          if (!outbox_.empty() && outbox_.front().id == report.id) {
+            held_points_ -= outbox_.front().request.points_size();
+            outbox_.pop_front();
+          }
         }
-        mu_.AwaitWithTimeout(absl::Condition(&stopped_), backoff);
-        backoff = std::min(backoff * 2, absl::Seconds(1));
-        continue;
       }
-      if (!s.ok()) {
-        std::fprintf(stderr, "worker: metrics for job %s refused: %s\n",
-                     report.request.job_id().c_str(),
-                     std::string(s.message()).c_str());
-      } else if (holding) {
-        std::fprintf(stderr, "worker: held metrics delivered\n");
-        holding = false;
-      }
-      backoff = absl::Milliseconds(50);
-      if (!outbox_.empty() && outbox_.front().id == report.id) {
-        held_points_ -= outbox_.front().request.points_size();
-        outbox_.pop_front();
-      }
+      // Also while Stop() flushes: a coordinator that is down answers at
+      // once, and the retries must not spin.
+      if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
     }
   }
 

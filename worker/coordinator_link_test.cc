@@ -51,6 +51,7 @@ class FakeCoordinator final : public CoordinatorService::Service {
                              const ReportMetricsRequest* req,
                              ReportMetricsResponse*) override {
     absl::MutexLock l(&mu_);
+    ++attempts_;
     if (down_) return grpc::Status(grpc::UNAVAILABLE, "restarting");
     if (req->job_id() == refuse_job_) {
       return grpc::Status(grpc::NOT_FOUND, "no such job");
@@ -66,6 +67,10 @@ class FakeCoordinator final : public CoordinatorService::Service {
   void set_refuse_job(const std::string& job) {
     absl::MutexLock l(&mu_);
     refuse_job_ = job;
+  }
+  int attempts() {
+    absl::MutexLock l(&mu_);
+    return attempts_;
   }
   std::vector<ReportMetricsRequest> reports() {
     absl::MutexLock l(&mu_);
@@ -87,6 +92,7 @@ class FakeCoordinator final : public CoordinatorService::Service {
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   std::string refuse_job_ ABSL_GUARDED_BY(mu_);
   std::vector<ReportMetricsRequest> reports_ ABSL_GUARDED_BY(mu_);
+  int attempts_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 std::vector<MetricPoint> Points(const std::string& name, double first,
@@ -189,6 +195,25 @@ TEST(CoordinatorLink, FollowsTheCoordinatorFileWithHeldReports) {
   ASSERT_EQ(second.reports().size(), 2u);
   EXPECT_TRUE(second.reports()[1].done());
   (*link)->Stop();
+}
+
+// Stop() with the coordinator away tries the held reports for
+// flush_on_stop, backing off between tries (no spinning), then gives up.
+TEST(CoordinatorLink, StopTriesHeldReportsForABoundedTime) {
+  FakeCoordinator coordinator;
+  CoordinatorLinkOptions o = Options();
+  o.address = coordinator.address();
+  auto link = CreateCoordinatorLink(o);
+  ASSERT_TRUE(link.ok());
+  ASSERT_TRUE((*link)->Start(absl::Now() + absl::Seconds(10)).ok());
+  coordinator.set_down(true);
+  (*link)->ReportMetrics("job-1", Points("train_loss", 0, 1), true);
+  const absl::Time t0 = absl::Now();
+  (*link)->Stop();
+  EXPECT_LT(absl::Now() - t0, o.flush_on_stop + absl::Seconds(3));
+  EXPECT_GE(coordinator.attempts(), 2);
+  EXPECT_LE(coordinator.attempts(), 20) << "retries back off";
+  EXPECT_TRUE(coordinator.reports().empty());
 }
 
 // A report the coordinator refuses (a job it does not know) is dropped
