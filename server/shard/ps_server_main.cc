@@ -341,11 +341,11 @@ int Run() {
   std::thread checkpointer(CheckpointLoop, store->get(), &stop);
   std::thread coordinator_thread;
   if (*coordinator != nullptr) {
-    coordinator_thread =
-        std::thread(CoordinatorLoop, coordinator->get(),
-                    AdvertisedAddress(ListenFromFlags().advertise_address,
-                                      ListenFromFlags().host, port),
-                    *token, *member_id, &stop);
+    const ListenFlags listen = ListenFromFlags();
+    coordinator_thread = std::thread(
+        CoordinatorLoop, coordinator->get(),
+        AdvertisedAddress(listen.advertise_address, listen.host, port), *token,
+        *member_id, &stop);
   }
 
   stop.WaitForNotification();
