@@ -35,8 +35,9 @@
 #include "server/coordinator/shard_client.h"
 #include "server/shard/parameter_service.h"
 #include "server/shard/shard_store.h"
+#include "worker/client/parameter_access.h"
+#include "worker/client/ps_access.h"
 #include "worker/dataset.h"
-#include "worker/ps_access.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(int, steps, 400, "Training steps per measurement.");
@@ -66,17 +67,14 @@ namespace ps {
 namespace {
 
 // The worker loop with nothing behind it: pulls leave the weights as they
-// are, pushes go nowhere.
-class NoParams : public worker::ParameterAccess {
+// are (version 0), pushes go nowhere, and every call is over at once.
+class NoParams : public client::ParameterAccess {
  public:
-  absl::StatusOr<int64_t> Pull(int64_t,
-                               std::vector<absl::Span<float>>) override {
-    return 0;
-  }
-  absl::Status Push(int64_t, int64_t, int, absl::Span<const float>) override {
-    return absl::OkStatus();
-  }
-  absl::StatusOr<int64_t> Finish(int64_t) override { return 0; }
+  client::Handle Pull(client::PullArgs) override { return client::Handle(); }
+  absl::Status Push(client::StepArgs) override { return absl::OkStatus(); }
+  client::Handle EndStep(client::StepArgs) override { return client::Handle(); }
+  std::vector<int64_t> PartBoundaries(int) const override { return {}; }
+  void CancelCalls() override {}
 };
 
 JobSpec Spec(int batch, int steps, const std::string& consistency) {
@@ -105,7 +103,7 @@ JobSpec Spec(int batch, int steps, const std::string& consistency) {
   return *spec;
 }
 
-double Run(const JobSpec& spec, worker::ParameterAccess* params,
+double Run(const JobSpec& spec, client::ParameterAccess* params,
            std::shared_ptr<const worker::Dataset> train,
            kernels::Backend* backend, const std::string& job_id,
            std::vector<std::string> servers) {
@@ -261,11 +259,11 @@ std::optional<double> MeasureWithPs(const Shard& shard,
   a.set_job_id(job_id);
   *a.mutable_spec() = spec;
   a.add_server_addresses(shard.address);
-  worker::PsAccessOptions ao;
+  client::PsAccessOptions ao;
   ao.member_id = 1;
   ao.token = token;
   ao.wait_spin = absl::Microseconds(spin_us);
-  auto access = worker::CreatePsAccess(a, ao);
+  auto access = client::CreatePsAccess(a, ao);
   if (!access.ok()) return std::nullopt;
   return Run(spec, access->get(), data, backend, job_id, {shard.address});
 }

@@ -136,7 +136,7 @@ ModelEvaluation Merge(ModelEvaluation all, const ModelEvaluation& e) {
 }
 
 // Pulls the dense weights of step `clock` into `model`.
-absl::Status PullDense(TrainableModel& model, ParameterAccess& params,
+absl::Status PullDense(TrainableModel& model, client::ParameterAccess& params,
                        int64_t clock) {
   std::vector<std::vector<float>> dense;
   std::vector<absl::Span<float>> views;
@@ -145,7 +145,10 @@ absl::Status PullDense(TrainableModel& model, ParameterAccess& params,
     dense.emplace_back(static_cast<size_t>(p.size));
     views.push_back(absl::MakeSpan(dense.back()));
   }
-  PS_RETURN_IF_ERROR(params.Pull(clock, views).status());
+  client::PullArgs pull;
+  pull.clock = clock;
+  pull.tensors = std::move(views);
+  PS_RETURN_IF_ERROR(params.Pull(std::move(pull)).Wait().status());
   for (int i = 0; i < model.num_parameters(); ++i) {
     PS_RETURN_IF_ERROR(model.SetParameterRange(i, 0, dense[i]));
   }
@@ -155,7 +158,7 @@ absl::Status PullDense(TrainableModel& model, ParameterAccess& params,
 }  // namespace
 
 absl::StatusOr<TestScore> ScoreOnTestFiles(TrainableModel& model,
-                                           ParameterAccess& params,
+                                           client::ParameterAccess& params,
                                            const DataSpec& d, int64_t clock,
                                            int64_t max_examples) {
   PS_RETURN_IF_ERROR(PullDense(model, params, clock));
@@ -177,13 +180,21 @@ absl::StatusOr<TestScore> ScoreOnTestFiles(TrainableModel& model,
     if (batch.size == 0) break;
     PS_ASSIGN_OR_RETURN(const std::vector<std::vector<uint64_t>> keys,
                         model.PrepareSparse(batch));
+    // Every table's rows in one call.
+    std::vector<std::vector<float>> rows(keys.size());
+    client::PullArgs pull;
+    pull.clock = clock;
     for (size_t t = 0; t < keys.size(); ++t) {
-      std::vector<float> rows(
-          keys[t].size() * static_cast<size_t>(model.sparse_tables()[t].dim));
-      const int table = static_cast<int>(t);
-      PS_RETURN_IF_ERROR(
-          params.PullSparse(clock, table, keys[t], absl::MakeSpan(rows)));
-      PS_RETURN_IF_ERROR(model.SetSparseRows(table, rows));
+      rows[t].resize(keys[t].size() *
+                     static_cast<size_t>(model.sparse_tables()[t].dim));
+      pull.rows.push_back(
+          {static_cast<int>(t), keys[t], absl::MakeSpan(rows[t])});
+    }
+    if (!pull.rows.empty()) {
+      PS_RETURN_IF_ERROR(params.Pull(std::move(pull)).Wait().status());
+    }
+    for (size_t t = 0; t < keys.size(); ++t) {
+      PS_RETURN_IF_ERROR(model.SetSparseRows(static_cast<int>(t), rows[t]));
     }
     PS_ASSIGN_OR_RETURN(const ModelEvaluation e,
                         model.EvaluateDataBatch(batch));
@@ -205,7 +216,7 @@ absl::StatusOr<TestScore> ScoreOnTestFiles(TrainableModel& model,
 
 absl::StatusOr<TrainResult> TrainOnStreamedData(
     const WorkerAssignment& a, kernels::Backend* backend,
-    ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
+    client::ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
     const TrainerOptions& options, std::function<WorkerPlan()> current_plan) {
   const JobSpec& spec = a.spec();
   const DataSpec& d = spec.data();

@@ -32,7 +32,7 @@
 #include "proto/config.pb.h"
 #include "proto/coordinator_service.pb.h"
 #include "worker/evaluator.h"
-#include "worker/parameter_access.h"
+#include "worker/client/parameter_access.h"
 #include "worker/plan_batches.h"
 #include "worker/trainable_model.h"
 #include "worker/trainer.h"
@@ -44,7 +44,7 @@ namespace ps::worker {
 // lines by file:line), reported by the daemon as the worker's failure.
 absl::StatusOr<TrainResult> TrainOnStreamedData(
     const WorkerAssignment& assignment, kernels::Backend* backend,
-    ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
+    client::ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
     const TrainerOptions& options, std::function<WorkerPlan()> current_plan);
 
 // `model` on the first `max_examples` (0: all) examples of d.test_files in
@@ -52,7 +52,7 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
 // ones and each batch's rows pulled from `params`. The readers', the
 // model's and the pulls' errors; FAILED_PRECONDITION for no test example.
 absl::StatusOr<TestScore> ScoreOnTestFiles(TrainableModel& model,
-                                           ParameterAccess& params,
+                                           client::ParameterAccess& params,
                                            const DataSpec& d, int64_t clock,
                                            int64_t max_examples);
 

@@ -9,8 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "kernels/cpu_backend.h"
+#include "worker/client/local_parameter_access.h"
+#include "worker/client/parameter_access.h"
 #include "worker/data/data_test_util.h"
-#include "worker/local_parameter_access.h"
 #include "worker/model/layer_model.h"
 #include "worker/plan_batches.h"
 #include "worker/trainer.h"
@@ -63,7 +64,7 @@ std::string PlantedRatings(int n, uint64_t seed) {
 struct Job {
   WorkerAssignment assignment;
   std::unique_ptr<kernels::Backend> backend;
-  std::unique_ptr<LocalParameterAccess> params;
+  std::unique_ptr<client::LocalParameterAccess> params;
 };
 
 Job MfJob(const std::string& train, const std::string& test,
@@ -91,9 +92,9 @@ Job MfJob(const std::string& train, const std::string& test,
   std::vector<std::vector<float>> dense;
   for (const ParameterInfo& p : (*model)->parameters())
     dense.emplace_back(static_cast<size_t>(p.size), 0.0f);
-  j.params = std::make_unique<LocalParameterAccess>(
+  j.params = std::make_unique<client::LocalParameterAccess>(
       std::move(dense),
-      std::vector<LocalTableOptions>{
+      std::vector<client::LocalTableOptions>{
           {.name = "users", .dim = 4, .init_scale = 0.3f},
           {.name = "items", .dim = 4, .init_scale = 0.3f}},
       learning_rate, /*seed=*/5);
@@ -146,9 +147,20 @@ void ExpectMfLearns(bool overlap) {
   EXPECT_GT(bad_lines_points, 0);
   EXPECT_GT(j.params->table_size(0), 0);
   // The steps' rows came with the step ends, but for the first step's
-  // (and the second's with overlap); evaluations pull theirs one table at
-  // a time (PullSparse, not counted here).
-  EXPECT_EQ(j.params->row_pulls(), overlap ? 2 : 1);
+  // (and the second's with overlap); every other pull of rows was an
+  // evaluation's, each as many as one evaluation of the test files makes.
+  Job probe = MfJob(train, test);
+  auto model = model::CreateLayerModel(probe.assignment.spec().model(), 0,
+                                       probe.backend.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const DataSpec& d = probe.assignment.spec().data();
+  ASSERT_TRUE(
+      ScoreOnTestFiles(**model, *probe.params, d, 0, d.eval_examples()).ok());
+  const int64_t per_evaluation = probe.params->row_pulls();
+  ASSERT_GT(per_evaluation, 0);
+  EXPECT_EQ(
+      j.params->row_pulls(),
+      (overlap ? 2 : 1) + static_cast<int64_t>(rmse.size()) * per_evaluation);
 }
 
 TEST(DataTrainer, MatrixFactorizationLearnsPlantedRatings) {
@@ -157,36 +169,40 @@ TEST(DataTrainer, MatrixFactorizationLearnsPlantedRatings) {
 
 TEST(DataTrainer, OverlappedAspLearnsPlantedRatings) { ExpectMfLearns(true); }
 
-// Records the keys each step pulls from table 0, by clock.
-class KeyRecorder final : public ParameterAccess {
+// Records the keys of table 0 whose rows each step computes on, by clock:
+// those a Pull reads at its clock, and those a step's Push or EndStep asks
+// back (next_rows) for clock + 1 (this test's steps are not overlapped).
+// A later call for the same clock (a step that pulls its rows itself,
+// the batch announced being another) replaces what was recorded.
+class KeyRecorder final : public client::ParameterAccess {
  public:
-  explicit KeyRecorder(ParameterAccess* inner) : inner_(inner) {}
-  absl::StatusOr<int64_t> Pull(
-      int64_t clock, std::vector<absl::Span<float>> tensors) override {
-    return inner_->Pull(clock, std::move(tensors));
+  explicit KeyRecorder(client::ParameterAccess* inner) : inner_(inner) {}
+  client::Handle Pull(client::PullArgs request) override {
+    Record(request.clock, request.rows);
+    return inner_->Pull(std::move(request));
   }
-  absl::Status Push(int64_t clock, int64_t base_version, int index,
-                    absl::Span<const float> grad) override {
-    return inner_->Push(clock, base_version, index, grad);
+  absl::Status Push(client::StepArgs request) override {
+    Record(request.clock + 1, request.next_rows);
+    return inner_->Push(std::move(request));
   }
-  absl::StatusOr<int64_t> Finish(int64_t clock) override {
-    return inner_->Finish(clock);
+  client::Handle EndStep(client::StepArgs request) override {
+    Record(request.clock + 1, request.next_rows);
+    return inner_->EndStep(std::move(request));
   }
-  absl::Status PullSparse(int64_t clock, int table,
-                          absl::Span<const uint64_t> keys,
-                          absl::Span<float> rows) override {
-    if (table == 0) keys_[clock].assign(keys.begin(), keys.end());
-    return inner_->PullSparse(clock, table, keys, rows);
+  std::vector<int64_t> PartBoundaries(int index) const override {
+    return inner_->PartBoundaries(index);
   }
-  absl::Status PushSparse(int64_t clock, int64_t base_version, int table,
-                          absl::Span<const uint64_t> keys,
-                          absl::Span<const float> grads) override {
-    return inner_->PushSparse(clock, base_version, table, keys, grads);
-  }
+  void CancelCalls() override { inner_->CancelCalls(); }
   const std::map<int64_t, std::vector<uint64_t>>& keys() const { return keys_; }
 
  private:
-  ParameterAccess* inner_;
+  void Record(int64_t clock, const std::vector<client::SparsePull>& rows) {
+    for (const client::SparsePull& p : rows) {
+      if (p.table == 0) keys_[clock].assign(p.keys.begin(), p.keys.end());
+    }
+  }
+
+  client::ParameterAccess* inner_;
   std::map<int64_t, std::vector<uint64_t>> keys_;
 };
 

@@ -9,7 +9,7 @@ namespace ps::worker {
 
 absl::StatusOr<std::unique_ptr<OverlapStepEnd>> OverlapStepEnd::Create(
     TrainableModel* model, kernels::Backend* backend, ParameterStaging* staging,
-    ParameterAccess* params) {
+    client::ParameterAccess* params) {
   std::unique_ptr<OverlapStepEnd> o(new OverlapStepEnd(model, staging, params));
   for (const ParameterInfo& p : model->parameters()) {
     if (staging->direct()) {
@@ -27,10 +27,10 @@ absl::StatusOr<std::unique_ptr<OverlapStepEnd>> OverlapStepEnd::Create(
   return o;
 }
 
-absl::StatusOr<ParameterAccess::StepEnd> OverlapStepEnd::TakeArrivedWeights() {
-  ParameterAccess::PendingStepEnd pending = std::move(in_flight_);
-  in_flight_ = nullptr;
-  PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end, pending());
+absl::StatusOr<client::CallResult> OverlapStepEnd::TakeArrivedWeights() {
+  client::Handle pending = *std::move(in_flight_);
+  in_flight_.reset();
+  PS_ASSIGN_OR_RETURN(const client::CallResult end, pending.Wait());
   const std::vector<absl::Span<float>> weights = staging_->Weights();
   for (int i = 0; i < model_->num_parameters(); ++i) {
     if (staging_->direct()) {
@@ -49,8 +49,8 @@ absl::StatusOr<OverlapStepEnd::Ended> OverlapStepEnd::EndStep(int64_t clock,
                                                               int64_t version,
                                                               bool last) {
   Ended ended;
-  if (in_flight_) {
-    PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end,
+  if (in_flight_.has_value()) {
+    PS_ASSIGN_OR_RETURN(const client::CallResult end,
                         TakeArrivedWeights());
     ended.staleness += static_cast<double>(end.staleness);
     ended.staleness_ends++;
@@ -80,16 +80,19 @@ absl::StatusOr<OverlapStepEnd::Ended> OverlapStepEnd::EndStep(int64_t clock,
                               : host_weights_[i].data(),
                        n));
   }
+  client::StepArgs end;
+  end.clock = clock;
+  end.base_version = version;
+  end.dense = client::WholeTensors(grads);
+  // The gradients travel with the end of step; the last one is waited for.
   if (!last) {
-    in_flight_ = params_->StartStepEnd(clock, version, std::move(grads),
-                                       std::move(next));
+    end.next_weights = std::move(next);
+    in_flight_ = params_->EndStep(std::move(end));
     return ended;
   }
-  for (int i = 0; i < model_->num_parameters(); ++i) {
-    PS_RETURN_IF_ERROR(params_->Push(clock, version, i, grads[i]));
-  }
-  PS_ASSIGN_OR_RETURN(const int64_t staleness, params_->Finish(clock));
-  ended.staleness += static_cast<double>(staleness);
+  PS_ASSIGN_OR_RETURN(const client::CallResult last_ended,
+                      params_->EndStep(std::move(end)).Wait());
+  ended.staleness += static_cast<double>(last_ended.staleness);
   ended.staleness_ends++;
   return ended;
 }

@@ -9,25 +9,26 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
-#include "worker/parameter_access.h"
+#include "worker/client/parameter_access.h"
 #include "worker/parameter_staging.h"
 #include "worker/trainable_model.h"
 
 namespace ps::worker {
 
 // `model`, `backend`, `staging` and `params` are not owned and must outlive
-// it; ParameterAccess::CancelCalls() must have returned before it is
+// it; client::ParameterAccess::CancelCalls() must have returned before it is
 // destroyed with a step end in flight. Thread-compatible.
 class OverlapStepEnd {
  public:
   // Allocates the spare buffers (the backend's errors).
   static absl::StatusOr<std::unique_ptr<OverlapStepEnd>> Create(
       TrainableModel* model, kernels::Backend* backend,
-      ParameterStaging* staging, ParameterAccess* params);
+      ParameterStaging* staging, client::ParameterAccess* params);
 
   struct Ended {
     // The version of the weights the next step computes on, now in the
@@ -48,19 +49,19 @@ class OverlapStepEnd {
 
  private:
   OverlapStepEnd(TrainableModel* model, ParameterStaging* staging,
-                 ParameterAccess* params)
+                 client::ParameterAccess* params)
       : model_(model), staging_(staging), params_(params) {}
   // The previous step end's weights become the model's (or the staging
   // copies').
-  absl::StatusOr<ParameterAccess::StepEnd> TakeArrivedWeights();
+  absl::StatusOr<client::CallResult> TakeArrivedWeights();
 
   TrainableModel* const model_;
   ParameterStaging* const staging_;
-  ParameterAccess* const params_;
+  client::ParameterAccess* const params_;
   // Direct: buffers swapped with the model's. Otherwise host copies.
   std::vector<kernels::DeviceBuffer> spare_grads_, spare_weights_;
   std::vector<std::vector<float>> host_grads_, host_weights_;
-  ParameterAccess::PendingStepEnd in_flight_;
+  std::optional<client::Handle> in_flight_;
 };
 
 }  // namespace ps::worker

@@ -66,8 +66,8 @@ RecordingAccess::RecordingAccess(const TrainableModel& model) {
   }
 }
 
-absl::StatusOr<int64_t> RecordingAccess::Pull(
-    int64_t clock, std::vector<absl::Span<float>> tensors) {
+absl::StatusOr<int64_t> RecordingAccess::Fill(
+    int64_t clock, const std::vector<absl::Span<float>>& tensors) {
   log.push_back(absl::StrCat("pull ", clock));
   if (tensors.size() != sizes_.size()) {
     return absl::InvalidArgumentError("tensor count");
@@ -81,19 +81,46 @@ absl::StatusOr<int64_t> RecordingAccess::Pull(
   return version_at ? version_at(clock) : finishes;
 }
 
-absl::Status RecordingAccess::Push(int64_t clock, int64_t base_version,
-                                   int index, absl::Span<const float> grad) {
-  log.push_back(absl::StrCat("push ", clock, " ", base_version, " ", index, " ",
-                             grad.size()));
-  double& sum = grad_sums[{clock, index}];
-  for (float g : grad) sum += g;
-  return push_status;
+client::Handle RecordingAccess::Pull(client::PullArgs request) {
+  if (!request.rows.empty()) {
+    return client::Handle(absl::UnimplementedError("no sparse tables"));
+  }
+  absl::StatusOr<int64_t> version = Fill(request.clock, request.tensors);
+  if (!version.ok()) return client::Handle(version.status());
+  return client::Handle(client::CallResult{.version = *version});
 }
 
-absl::StatusOr<int64_t> RecordingAccess::Finish(int64_t clock) {
-  log.push_back(absl::StrCat("finish ", clock));
+absl::Status RecordingAccess::Take(const client::StepArgs& request) {
+  if (!request.rows.empty() || !request.next_rows.empty()) {
+    return absl::UnimplementedError("no sparse tables");
+  }
+  for (const client::TensorGrad& g : request.dense) {
+    log.push_back(absl::StrCat("push ", request.clock, " ",
+                               request.base_version, " ", g.tensor_index, " ",
+                               g.grad.size()));
+    double& sum = grad_sums[{request.clock, g.tensor_index}];
+    for (float x : g.grad) sum += x;
+    if (!push_status.ok()) return push_status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecordingAccess::Push(client::StepArgs request) {
+  return Take(request);
+}
+
+client::Handle RecordingAccess::EndStep(client::StepArgs request) {
+  if (absl::Status s = Take(request); !s.ok()) return client::Handle(s);
+  log.push_back(absl::StrCat("finish ", request.clock));
   ++finishes;
-  return staleness;
+  client::CallResult end{.staleness = staleness};
+  if (!request.next_weights.empty()) {
+    absl::StatusOr<int64_t> version =
+        Fill(request.clock + 1, request.next_weights);
+    if (!version.ok()) return client::Handle(version.status());
+    end.version = *version;
+  }
+  return client::Handle(end);
 }
 
 std::vector<std::string> Lines(const std::vector<std::string>& log,

@@ -30,7 +30,7 @@
 #include "worker/coordinator_link.h"
 #include "worker/dataset.h"
 #include "worker/health_server.h"
-#include "worker/ps_access.h"
+#include "worker/client/ps_access.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, device, "",
@@ -318,15 +318,15 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
     PS_RETURN_IF_ERROR(
         w.data.Get(dir, !job.spec().data().no_normalize(), &train, &test));
   }
-  PsAccessOptions ao;
+  client::PsAccessOptions ao;
   ao.token = w.token;
   ao.tls = w.tls;
   ao.member_id = w.link->member_id();
   ao.retry_deadline = absl::Seconds(absl::GetFlag(FLAGS_server_retry_s));
   ao.wait_spin = absl::Microseconds(absl::GetFlag(FLAGS_wait_spin_us));
   ao.stop = &control.stop;
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterAccess> access,
-                      CreatePsAccess(job, ao));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<client::ParameterAccess> access,
+                      client::CreatePsAccess(job, ao));
   TrainerOptions to;
   to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
   to.is_evaluator = [&control] { return control.evaluator.load(); };

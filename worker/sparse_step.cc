@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/platform/status.h"
-#include "worker/sparse_row_access.h"
 
 namespace ps::worker {
 namespace {
@@ -19,12 +18,13 @@ std::vector<absl::Span<float>> Views(std::vector<std::vector<float>>& v) {
 
 }  // namespace
 
-SparseStepper::SparseStepper(TrainableModel& model, ParameterAccess& access,
+SparseStepper::SparseStepper(TrainableModel& model,
+                             client::ParameterAccess& access,
                              SparseStepperOptions options)
     : model_(model),
       access_(access),
       clock_(options.clock),
-      overlap_(options.overlap && SparseRowsOf(&access) != nullptr) {
+      overlap_(options.overlap) {
   for (const ParameterInfo& p : model_.parameters()) {
     weights_.emplace_back(static_cast<size_t>(p.size));
     grads_.emplace_back(static_cast<size_t>(p.size));
@@ -38,7 +38,7 @@ SparseStepper::SparseStepper(TrainableModel& model, ParameterAccess& access,
 }
 
 SparseStepper::~SparseStepper() {
-  if (pending_) access_.CancelCalls();
+  if (pending_.has_value()) access_.CancelCalls();
 }
 
 void SparseStepper::Size(std::vector<std::vector<float>>& rows,
@@ -50,33 +50,33 @@ void SparseStepper::Size(std::vector<std::vector<float>>& rows,
 }
 
 absl::Status SparseStepper::PullFor(int64_t clock, bool weights, bool rows) {
-  if (weights) {
-    PS_ASSIGN_OR_RETURN(version_, access_.Pull(clock, Views(weights_)));
-    weights_clock_ = clock;
-  }
-  if (!rows) return absl::OkStatus();
-  Size(rows_, keys_);
-  if (SparseRowAccess* access = SparseRowsOf(&access_)) {
-    // Every table's rows in one call (the shards asked in parallel).
-    std::vector<client::SparsePull> pulls;
+  if (!weights && !rows) return absl::OkStatus();
+  // The weights and every table's rows in one call (the shards asked in
+  // parallel).
+  client::PullArgs pull;
+  pull.clock = clock;
+  if (weights) pull.tensors = Views(weights_);
+  if (rows) {
+    Size(rows_, keys_);
     for (size_t t = 0; t < keys_.size(); ++t) {
-      pulls.push_back(
+      pull.rows.push_back(
           {static_cast<int>(t), keys_[t], absl::MakeSpan(rows_[t])});
     }
-    return access->PullRows(clock, std::move(pulls)).status();
   }
-  for (size_t t = 0; t < keys_.size(); ++t) {
-    PS_RETURN_IF_ERROR(access_.PullSparse(clock, static_cast<int>(t), keys_[t],
-                                          absl::MakeSpan(rows_[t])));
+  PS_ASSIGN_OR_RETURN(const client::CallResult pulled,
+                      access_.Pull(std::move(pull)).Wait());
+  if (weights) {
+    version_ = pulled.version;
+    weights_clock_ = clock;
   }
   return absl::OkStatus();
 }
 
 absl::Status SparseStepper::AwaitPending() {
-  if (!pending_) return absl::OkStatus();
-  ParameterAccess::PendingStepEnd pending = std::move(pending_);
-  pending_ = nullptr;
-  absl::StatusOr<ParameterAccess::StepEnd> end = pending();
+  if (!pending_.has_value()) return absl::OkStatus();
+  client::Handle pending = *std::move(pending_);
+  pending_.reset();
+  absl::StatusOr<client::CallResult> end = pending.Wait();
   if (!end.ok()) {
     access_.CancelCalls();
     Forget();
@@ -172,7 +172,7 @@ absl::StatusOr<SparseStepResult> SparseStepper::Step(
   if (!sent.ok()) {
     // Nothing may touch this stepper's buffers once the error is out.
     access_.CancelCalls();
-    pending_ = nullptr;
+    pending_.reset();
     Forget();
     return sent;
   }
@@ -207,56 +207,48 @@ absl::Status SparseStepper::SendEnd(
     in_flight();
     *in_flight_time = clock_->Now() - t;
   };
-  SparseRowAccess* rows = SparseRowsOf(&access_);
+  client::StepArgs step;
+  step.clock = clock;
+  step.base_version = base_version;
+  std::vector<absl::Span<const float>> grads;
+  for (std::vector<float>& g : grads_) grads.push_back(g);
+  step.dense = client::WholeTensors(grads);
+  step.rows = std::move(pushes);
+  step.next_rows = std::move(pulls);
 
   if (overlap_) {
-    std::vector<absl::Span<const float>> grads;
-    for (std::vector<float>& g : grads_) grads.push_back(g);
-    pending_ = rows->StartRowsStepEnd(clock, base_version, std::move(grads),
-                                      std::move(pushes), std::move(pulls),
-                                      Views(incoming_weights_));
+    // Everything travels with the end of step, which brings the weights
+    // the step after next computes on.
+    step.next_weights = Views(incoming_weights_);
+    pending_ = access_.EndStep(std::move(step));
     flight_.clock = ahead_keys != nullptr ? clock + 2 : -1;
     run_in_flight();
     // The last step's end is waited for.
     return last ? AwaitPending() : absl::OkStatus();
   }
 
-  for (int i = 0; i < model_.num_parameters(); ++i) {
-    PS_RETURN_IF_ERROR(access_.Push(clock, base_version, i, grads_[i]));
-  }
-  if (rows == nullptr) {
-    for (const client::SparsePush& p : pushes) {
-      PS_RETURN_IF_ERROR(
-          access_.PushSparse(clock, base_version, p.table, p.keys, p.grads));
-    }
-  } else if (!pulls.empty()) {
-    PS_RETURN_IF_ERROR(rows->PushRowsAndPull(
-        clock, base_version, std::move(pushes), std::move(pulls)));
-  } else if (!pushes.empty()) {
-    PS_RETURN_IF_ERROR(rows->PushRows(clock, base_version, std::move(pushes)));
-  }
+  PS_RETURN_IF_ERROR(access_.Push(std::move(step)));
   run_in_flight();
-  if (last) {
-    PS_ASSIGN_OR_RETURN(const int64_t staleness, access_.Finish(clock));
-    carried_staleness_ += staleness;
-    carried_ends_++;
-    return absl::OkStatus();
-  }
-  PS_ASSIGN_OR_RETURN(const ParameterAccess::StepEnd end,
-                      access_.FinishAndPull(clock, Views(weights_)));
-  version_ = end.version;
+  client::StepArgs end;
+  end.clock = clock;
+  end.base_version = base_version;
+  if (!last) end.next_weights = Views(weights_);
+  PS_ASSIGN_OR_RETURN(const client::CallResult ended,
+                      access_.EndStep(std::move(end)).Wait());
+  carried_staleness_ += ended.staleness;
+  carried_ends_++;
+  if (last) return absl::OkStatus();
+  version_ = ended.version;
   weights_clock_ = clock + 1;
-  if (rows != nullptr && ahead_keys != nullptr) {
+  if (ahead_keys != nullptr) {
     std::swap(arrived_, flight_);
     arrived_.clock = clock + 1;
   }
-  carried_staleness_ += end.staleness;
-  carried_ends_++;
   return absl::OkStatus();
 }
 
 absl::StatusOr<SparseStepResult> RunSparseStep(TrainableModel& model,
-                                               ParameterAccess& access,
+                                               client::ParameterAccess& access,
                                                int64_t clock,
                                                const data::Batch& batch) {
   return SparseStepper(model, access).Step(clock, batch, {});

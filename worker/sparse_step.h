@@ -1,13 +1,13 @@
 // Training steps of a model with sparse tables over batches of the data
-// readers (worker/data/batch.h), through a ParameterAccess: the dense
+// readers (worker/data/batch.h), through a client::ParameterAccess: the dense
 // weights and the batch's rows (one per unique key and table) are pulled,
 // forward and backward run, the dense gradients and one gradient row per
 // unique key are pushed, and the step ends.
 //
 // SparseStepper overlaps what the dependency order allows. Given the next
 // step's batch, a step's pushes carry that batch's keys and bring its rows
-// back in their answers (SparseRowAccess::PushRowsAndPull), and the end of
-// the step brings the next step's dense weights (FinishAndPull): one round
+// back in their answers (StepArgs::next_rows), and the end of the step
+// brings the next step's dense weights (next_weights): one round
 // trip per shard a step instead of a pull of the weights, one of each
 // table's rows, then the pushes and the end. Those rows wait as a pull at
 // clock + 1 would (BSP: for the step to close), so each model's
@@ -24,13 +24,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/platform/clock.h"
 #include "worker/data/batch.h"
-#include "worker/parameter_access.h"
+#include "worker/client/parameter_access.h"
 #include "worker/trainable_model.h"
 
 namespace ps::worker {
@@ -54,8 +55,7 @@ struct SparseStepResult {
 };
 
 struct SparseStepperOptions {
-  // ASP with overlap_communication (ConsistencySpec): needs an access with
-  // a SparseRowAccess side; ignored without one.
+  // ASP with overlap_communication (ConsistencySpec).
   bool overlap = false;
   const Clock* clock = Clock::Real();
 };
@@ -65,7 +65,7 @@ struct SparseStepperOptions {
 // it with a step end on its way cancels the access's calls.
 class SparseStepper {
  public:
-  SparseStepper(TrainableModel& model, ParameterAccess& access,
+  SparseStepper(TrainableModel& model, client::ParameterAccess& access,
                 SparseStepperOptions options = {});
   ~SparseStepper();
   SparseStepper(const SparseStepper&) = delete;
@@ -115,7 +115,7 @@ class SparseStepper {
             const std::vector<std::vector<uint64_t>>& keys) const;
 
   TrainableModel& model_;
-  ParameterAccess& access_;
+  client::ParameterAccess& access_;
   const Clock* const clock_;
   const bool overlap_;
 
@@ -146,7 +146,7 @@ class SparseStepper {
   Fetched arrived_, later_, flight_;
   // The step end on its way (overlap), and the staleness of ends completed
   // outside a step's result (Drain).
-  ParameterAccess::PendingStepEnd pending_;
+  std::optional<client::Handle> pending_;
   int64_t carried_staleness_ = 0;
   int64_t carried_ends_ = 0;
 };
@@ -154,7 +154,7 @@ class SparseStepper {
 // One step with nothing prefetched and nothing fetched for later: a
 // SparseStepper's Step(clock, batch, {}).
 absl::StatusOr<SparseStepResult> RunSparseStep(TrainableModel& model,
-                                               ParameterAccess& access,
+                                               client::ParameterAccess& access,
                                                int64_t clock,
                                                const data::Batch& batch);
 

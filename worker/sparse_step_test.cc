@@ -2,18 +2,25 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
+#include <map>
 #include <memory>
 #include <random>
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "google/protobuf/text_format.h"
 #include "kernels/cpu_backend.h"
-#include "worker/local_parameter_access.h"
+#include "worker/client/local_parameter_access.h"
+#include "worker/client/parameter_access.h"
 #include "worker/model/layer_model.h"
-#include "worker/sparse_row_access.h"
 
 namespace ps::worker {
 namespace {
+
+using client::LocalParameterAccess;
 
 // Matrix factorization: rating = <user row, item row> + a global bias.
 constexpr char kMf[] = R"pb(
@@ -156,6 +163,25 @@ struct Twins {
   LocalParameterAccess access = MfAccess();
 };
 
+// The row of `key` (a user's below 5000, else an item's) in `access`.
+std::vector<float> RowOf(client::ParameterAccess& access, uint64_t key) {
+  std::vector<float> row(4);
+  const uint64_t keys[] = {key};
+  client::PullArgs pull;
+  pull.rows.push_back(
+      {.table = key < 5000 ? 0 : 1, .keys = keys, .rows = absl::MakeSpan(row)});
+  absl::StatusOr<client::CallResult> r = access.Pull(std::move(pull)).Wait();
+  EXPECT_TRUE(r.ok()) << r.status();
+  return row;
+}
+
+// Rows of a few keys are the same in both.
+void ExpectSameRows(client::ParameterAccess& a, client::ParameterAccess& b) {
+  for (uint64_t key : {1000, 1003, 5007}) {
+    EXPECT_EQ(RowOf(a, key), RowOf(b, key)) << "key " << key;
+  }
+}
+
 // The same steps with the next batch's rows riding on the pushes give
 // exactly the losses and weights of plain steps (the in-process access
 // applies each push at once, so both see the same weights), with one pull
@@ -191,19 +217,12 @@ TEST(SparseStepper, PrefetchedStepsEqualPlainSteps) {
   EXPECT_EQ(in_flight_calls, kSteps);
   EXPECT_EQ(t.access.dense(0), t.plain_access.dense(0));
   EXPECT_EQ(t.access.row_pulls(), 1);  // the first step's
-  EXPECT_EQ(t.access.sparse_pulls(), 0);
+  // The first step's weights too; the others came with the step ends.
+  EXPECT_EQ(t.access.dense_pulls(), 1);
   EXPECT_EQ(t.access.pushes_with_rows(), kSteps - 1);
   EXPECT_EQ(t.plain_access.row_pulls(), kSteps);
-  for (uint64_t key : {1000, 1003, 5007}) {
-    std::vector<float> a(4), b(4);
-    ASSERT_TRUE(
-        t.access.PullSparse(0, key < 5000 ? 0 : 1, {key}, absl::MakeSpan(a))
-            .ok());
-    ASSERT_TRUE(t.plain_access
-                    .PullSparse(0, key < 5000 ? 0 : 1, {key}, absl::MakeSpan(b))
-                    .ok());
-    EXPECT_EQ(a, b) << "key " << key;
-  }
+  EXPECT_EQ(t.plain_access.dense_pulls(), kSteps);
+  ExpectSameRows(t.access, t.plain_access);
 }
 
 // A step whose batch is not the one announced (the plan moved) pulls its
@@ -250,61 +269,162 @@ TEST(SparseStepper, BadNextBatchFailsAtItsOwnStep) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// An access with only the one-table calls: each table pulled on its own,
-// the dense weights still fetched with the end of the step.
-class OneTableAccess final : public ParameterAccess {
+// An access that forwards the three calls to another and records, per
+// clock, what the stepper asked of it and what each call answered: the
+// calls a step needs, seen from outside (no side door into the access).
+class CallRecorder final : public client::ParameterAccess {
  public:
-  explicit OneTableAccess(ParameterAccess& inner) : inner_(inner) {}
-  absl::StatusOr<int64_t> Pull(int64_t clock,
-                               std::vector<absl::Span<float>> t) override {
-    ++pulls;
-    return inner_.Pull(clock, std::move(t));
+  explicit CallRecorder(client::ParameterAccess& inner) : inner_(inner) {}
+
+  // A clock's Pull calls, merged.
+  struct Pulled {
+    int tensors = 0;          // dense tensors read
+    std::vector<int> tables;  // tables whose rows were read, in order
+    std::deque<absl::StatusOr<client::CallResult>> results;
+  };
+  // A clock's Push and EndStep requests, merged.
+  struct Stepped {
+    std::set<int64_t> base_versions;
+    std::map<int, int64_t> dense_elements;  // by tensor index
+    std::vector<int> row_tables;            // tables whose rows were pushed
+    std::vector<int> next_row_tables;       // tables whose rows were asked
+    int ends = 0;
+    size_t next_weights = 0;  // tensors its EndStep asked back
+    std::deque<absl::StatusOr<client::CallResult>> end_results;
+  };
+
+  client::Handle Pull(client::PullArgs request) override {
+    Pulled& p = pulled[request.clock];
+    p.tensors += static_cast<int>(request.tensors.size());
+    for (const client::SparsePull& r : request.rows) {
+      p.tables.push_back(r.table);
+    }
+    p.results.emplace_back(client::CallResult{});
+    return Recorded(inner_.Pull(std::move(request)), &p.results.back());
   }
-  absl::Status Push(int64_t clock, int64_t base, int index,
-                    absl::Span<const float> grad) override {
-    return inner_.Push(clock, base, index, grad);
+  absl::Status Push(client::StepArgs request) override {
+    Take(request);
+    return inner_.Push(std::move(request));
   }
-  absl::StatusOr<int64_t> Finish(int64_t clock) override {
-    return inner_.Finish(clock);
+  client::Handle EndStep(client::StepArgs request) override {
+    Stepped& s = Take(request);
+    ++s.ends;
+    s.next_weights += request.next_weights.size();
+    s.end_results.emplace_back(client::CallResult{});
+    return Recorded(inner_.EndStep(std::move(request)), &s.end_results.back());
   }
-  absl::Status PullSparse(int64_t clock, int table,
-                          absl::Span<const uint64_t> keys,
-                          absl::Span<float> rows) override {
-    return inner_.PullSparse(clock, table, keys, rows);
+  std::vector<int64_t> PartBoundaries(int index) const override {
+    return inner_.PartBoundaries(index);
   }
-  absl::Status PushSparse(int64_t clock, int64_t base, int table,
-                          absl::Span<const uint64_t> keys,
-                          absl::Span<const float> grads) override {
-    return inner_.PushSparse(clock, base, table, keys, grads);
-  }
-  int pulls = 0;
+  void CancelCalls() override { inner_.CancelCalls(); }
+
+  // By clock (std::map and std::deque: the results' addresses stay put).
+  std::map<int64_t, Pulled> pulled;
+  std::map<int64_t, Stepped> stepped;
 
  private:
-  ParameterAccess& inner_;
+  // Forwards a call's waits and keeps its result in `out`.
+  class Forward final : public client::Handle::Call {
+   public:
+    Forward(client::Handle inner, absl::StatusOr<client::CallResult>* out)
+        : inner_(std::move(inner)), out_(out) {}
+    absl::Status AwaitPart(int index, int64_t begin, int64_t end) override {
+      return inner_.AwaitPart(index, begin, end);
+    }
+    absl::StatusOr<client::CallResult> Wait() override {
+      *out_ = inner_.Wait();
+      return *out_;
+    }
+
+   private:
+    client::Handle inner_;
+    absl::StatusOr<client::CallResult>* out_;
+  };
+  static client::Handle Recorded(client::Handle inner,
+                                 absl::StatusOr<client::CallResult>* out) {
+    *out = absl::UnknownError("never waited for");
+    return client::Handle(std::make_unique<Forward>(std::move(inner), out));
+  }
+  Stepped& Take(const client::StepArgs& request) {
+    Stepped& s = stepped[request.clock];
+    s.base_versions.insert(request.base_version);
+    for (const client::TensorGrad& g : request.dense) {
+      s.dense_elements[g.tensor_index] += static_cast<int64_t>(g.grad.size());
+    }
+    for (const client::SparsePush& r : request.rows) {
+      s.row_tables.push_back(r.table);
+    }
+    for (const client::SparsePull& r : request.next_rows) {
+      s.next_row_tables.push_back(r.table);
+    }
+    return s;
+  }
+
+  client::ParameterAccess& inner_;
 };
 
-TEST(SparseStepper, WorksThroughOneTableCalls) {
+// Through an access that only forwards the three calls, steps give the
+// plain steps' losses and weights, and each step asks for what it needs
+// once: the first step pulls the weights and both tables' rows, every step
+// pushes its dense gradient and both tables' rows on the weights it
+// computed on, and ends once, asking back the next step's weights and
+// rows but for the last; every call's answer is waited for.
+TEST(SparseStepper, WorksThroughAnAccessThatOnlyForwardsTheCalls) {
   Twins t;
   ASSERT_TRUE(t.ok());
-  OneTableAccess access(t.access);
-  ASSERT_EQ(SparseRowsOf(&access), nullptr);
+  CallRecorder access(t.access);
   Ratings ratings;
+  constexpr int kSteps = 5;
   std::vector<data::Batch> batches;
-  for (int i = 0; i < 5; ++i) batches.push_back(ratings.Next(16));
+  for (int i = 0; i < kSteps; ++i) batches.push_back(ratings.Next(16));
   SparseStepper stepper(*t.model, access);
-  for (int step = 0; step < 5; ++step) {
+  for (int step = 0; step < kSteps; ++step) {
     absl::StatusOr<SparseStepResult> want =
         RunSparseStep(*t.plain_model, t.plain_access, step, batches[step]);
     std::vector<const data::Batch*> next;
-    if (step + 1 < 5) next.push_back(&batches[step + 1]);
+    if (step + 1 < kSteps) next.push_back(&batches[step + 1]);
     absl::StatusOr<SparseStepResult> got =
         stepper.Step(step, batches[step], next);
     ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
     EXPECT_EQ(got->loss, want->loss);
+    EXPECT_EQ(got->unique_keys, want->unique_keys);
+    EXPECT_EQ(got->staleness_ends, 1);
   }
-  EXPECT_EQ(t.access.sparse_pulls(), 2 * 5);
-  EXPECT_EQ(access.pulls, 5);  // the first step's, then one per step end
   EXPECT_EQ(t.access.dense(0), t.plain_access.dense(0));
+
+  ASSERT_EQ(access.pulled.size(), 1u);  // the first step's
+  const CallRecorder::Pulled& first = access.pulled[0];
+  EXPECT_EQ(first.tensors, 1);
+  EXPECT_EQ(first.tables, (std::vector<int>{0, 1}));
+  for (const auto& r : first.results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->version, 0);
+  }
+  ASSERT_EQ(access.stepped.size(), static_cast<size_t>(kSteps));
+  for (int64_t clock = 0; clock < kSteps; ++clock) {
+    SCOPED_TRACE("step " + std::to_string(clock));
+    const CallRecorder::Stepped& s = access.stepped[clock];
+    const bool last = clock == kSteps - 1;
+    // Each step computes on the weights of the steps ended before it.
+    EXPECT_EQ(s.base_versions, std::set<int64_t>{clock});
+    EXPECT_EQ(s.dense_elements, (std::map<int, int64_t>{{0, 1}}));
+    EXPECT_EQ(s.row_tables, (std::vector<int>{0, 1}));
+    EXPECT_EQ(s.next_row_tables,
+              last ? std::vector<int>{} : (std::vector<int>{0, 1}));
+    EXPECT_EQ(s.ends, 1);
+    EXPECT_EQ(s.next_weights, last ? 0u : 1u);
+    ASSERT_EQ(s.end_results.size(), 1u);
+    ASSERT_TRUE(s.end_results[0].ok()) << s.end_results[0].status();
+    EXPECT_EQ(s.end_results[0]->version, last ? 0 : clock + 1);
+    EXPECT_EQ(s.end_results[0]->staleness, 0);
+  }
+  // What the access counted agrees: rows pulled once, asked back by every
+  // step but the last, pushed by every step.
+  EXPECT_EQ(t.access.row_pulls(), 1);
+  EXPECT_EQ(t.access.pushes_with_rows(), kSteps - 1);
+  EXPECT_EQ(t.access.sparse_pushes(), 2 * kSteps);
+  EXPECT_EQ(t.access.steps_ended(), kSteps);
+  ExpectSameRows(t.access, t.plain_access);
 }
 
 // With overlap (ASP, overlap_communication), step t + 1 computes on the

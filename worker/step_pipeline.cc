@@ -47,7 +47,8 @@ Slowdown SlowdownFor(const JobSpec& spec, int rank) {
   return s;
 }
 
-StepPipeline::StepPipeline(TrainableModel* model, ParameterAccess* params,
+StepPipeline::StepPipeline(TrainableModel* model,
+                           client::ParameterAccess* params,
                            StepPipelineOptions options, bool direct)
     : model_(model),
       params_(params),
@@ -56,7 +57,8 @@ StepPipeline::StepPipeline(TrainableModel* model, ParameterAccess* params,
       clock_(options_.start_clock) {}
 
 absl::StatusOr<std::unique_ptr<StepPipeline>> StepPipeline::Create(
-    TrainableModel* model, kernels::Backend* backend, ParameterAccess* params,
+    TrainableModel* model, kernels::Backend* backend,
+    client::ParameterAccess* params,
     StepPipelineOptions options) {
   // On a host-memory backend the pulls land in the model's own parameter
   // buffers and pushes read its gradient buffers: no staging copies.
@@ -76,10 +78,6 @@ absl::StatusOr<std::unique_ptr<StepPipeline>> StepPipeline::Create(
     p->row_splits_[i] = FirstLayerRowSplits(params->PartBoundaries(i),
                                             model->parameters()[i].shape);
   }
-  // Each push asks back its chunks' next weights, which land while
-  // backward still runs (the step no longer reads a tensor once its
-  // gradient is handed out: ModelStepHooks::on_gradient_part).
-  params->PullWithPushes(p->staging_.Weights());
   return p;
 }
 
@@ -95,18 +93,23 @@ bool StepPipeline::CatchUp() {
 }
 
 absl::Status StepPipeline::Join() {
-  if (!options_.bsp || incoming_ != nullptr || prefetched_) {
+  if (!options_.bsp || incoming_.has_value() || prefetched_) {
     return absl::OkStatus();
   }
-  PS_ASSIGN_OR_RETURN(prefetched_version_,
-                      params_->PullCurrent(clock_, staging_.Weights()));
+  client::PullArgs pull;
+  pull.clock = clock_;
+  pull.tensors = staging_.Weights();
+  pull.current = true;
+  PS_ASSIGN_OR_RETURN(const client::CallResult pulled,
+                      params_->Pull(std::move(pull)).Wait());
+  prefetched_version_ = pulled.version;
   prefetched_ = true;
   skipped_steps_ += std::max<int64_t>(0, prefetched_version_ - clock_);
   clock_ = prefetched_version_;
   return absl::OkStatus();
 }
 
-bool StepPipeline::Arrived(const ParameterAccess::StepEnd& end) {
+bool StepPipeline::Arrived(const client::CallResult& end) {
   seen_.staleness += static_cast<double>(end.staleness);
   seen_.staleness_ends++;
   version_ = end.version;
@@ -114,27 +117,28 @@ bool StepPipeline::Arrived(const ParameterAccess::StepEnd& end) {
 }
 
 absl::StatusOr<bool> StepPipeline::AwaitIncoming() {
-  std::unique_ptr<ParameterAccess::StepEndInProgress> in = std::move(incoming_);
-  absl::StatusOr<ParameterAccess::StepEnd> end = in->Wait();
+  client::Handle in = *std::move(incoming_);
+  incoming_.reset();
+  absl::StatusOr<client::CallResult> end = in.Wait();
   if (!end.ok()) return end.status();
   return Arrived(*end);
 }
 
 absl::StatusOr<bool> StepPipeline::Pull(bool all_weights) {
   version_ = 0;
-  if (incoming_ != nullptr && all_weights) {
+  if (incoming_.has_value() && all_weights) {
     PS_ASSIGN_OR_RETURN(const bool more, AwaitIncoming());
     if (!more) return false;
     PS_RETURN_IF_ERROR(staging_.LoadAll());
   }
-  arriving_ = incoming_ != nullptr;
+  arriving_ = incoming_.has_value();
   // Arriving: awaited part by part in Compute().
   if (arriving_) return true;
   if (prefetched_) {
     version_ = prefetched_version_;
     prefetched_ = false;
   } else {
-    PS_ASSIGN_OR_RETURN(version_, params_->Pull(clock_, staging_.Weights()));
+    PS_ASSIGN_OR_RETURN(version_, PullInto(staging_.Weights()));
   }
   if (!CatchUp()) return false;
   PS_RETURN_IF_ERROR(staging_.LoadAll());
@@ -142,9 +146,9 @@ absl::StatusOr<bool> StepPipeline::Pull(bool all_weights) {
 }
 
 absl::Status StepPipeline::BeforeUse(int index, int64_t begin, int64_t end) {
-  if (incoming_ == nullptr) return absl::OkStatus();
+  if (!incoming_.has_value()) return absl::OkStatus();
   const absl::Time w0 = options_.clock->Now();
-  absl::Status s = incoming_->AwaitWeights(index, begin, end);
+  absl::Status s = incoming_->AwaitPart(index, begin, end);
   seen_.awaited += options_.clock->Now() - w0;
   PS_RETURN_IF_ERROR(s);
   return staging_.Load(index, begin, end);
@@ -167,8 +171,19 @@ void StepPipeline::PushPart(int index, int64_t begin, int64_t end,
   if (!status->ok()) return;
   absl::StatusOr<absl::Span<const float>> g =
       staging_.Gradient(index, begin, end);
-  *status = g.ok() ? params_->PushPart(clock_, version_, index, begin, *g)
-                   : g.status();
+  if (!g.ok()) {
+    *status = g.status();
+    return;
+  }
+  // The push asks back its chunks' next weights, which land while backward
+  // still runs (the step no longer reads a tensor once its gradient is
+  // handed out: ModelStepHooks::on_gradient_part).
+  client::StepArgs push;
+  push.clock = clock_;
+  push.base_version = version_;
+  push.dense = {{.tensor_index = index, .grad = *g, .offset = begin}};
+  push.next_weights = staging_.Weights();
+  *status = params_->Push(std::move(push));
 }
 
 absl::StatusOr<std::optional<float>> StepPipeline::Compute(const Batch& batch) {
@@ -221,13 +236,18 @@ absl::Status StepPipeline::EndStep() {
     prefetched_ = !last;
     return absl::OkStatus();
   }
+  client::StepArgs end;
+  end.clock = clock_;
+  end.base_version = version_;
   if (!last) {
     // The next step waits for these weights part by part.
-    incoming_ = params_->StartFinishAndPull(clock_, staging_.Weights());
+    end.next_weights = staging_.Weights();
+    incoming_ = params_->EndStep(std::move(end));
     return absl::OkStatus();
   }
-  PS_ASSIGN_OR_RETURN(const int64_t staleness, params_->Finish(clock_));
-  seen_.staleness += static_cast<double>(staleness);
+  PS_ASSIGN_OR_RETURN(const client::CallResult ended,
+                      params_->EndStep(std::move(end)).Wait());
+  seen_.staleness += static_cast<double>(ended.staleness);
   seen_.staleness_ends++;
   return absl::OkStatus();
 }
@@ -237,17 +257,25 @@ StepObservations StepPipeline::TakeObservations() {
 }
 
 absl::Status StepPipeline::Drain() {
-  if (incoming_ == nullptr) return absl::OkStatus();
+  if (!incoming_.has_value()) return absl::OkStatus();
   PS_RETURN_IF_ERROR(incoming_->Wait().status());
   incoming_.reset();
   return absl::OkStatus();
 }
 
 absl::Status StepPipeline::PullWeights() {
-  PS_ASSIGN_OR_RETURN(const int64_t version,
-                      params_->Pull(clock_, staging_.Weights()));
-  (void)version;
+  PS_RETURN_IF_ERROR(PullInto(staging_.Weights()).status());
   return staging_.LoadAll();
+}
+
+absl::StatusOr<int64_t> StepPipeline::PullInto(
+    std::vector<absl::Span<float>> tensors) {
+  client::PullArgs pull;
+  pull.clock = clock_;
+  pull.tensors = std::move(tensors);
+  PS_ASSIGN_OR_RETURN(const client::CallResult pulled,
+                      params_->Pull(std::move(pull)).Wait());
+  return pulled.version;
 }
 
 }  // namespace ps::worker

@@ -20,8 +20,8 @@
 #include "kernels/backend.h"
 #include "proto/config.pb.h"
 #include "worker/batch_prefetcher.h"
+#include "worker/client/parameter_access.h"
 #include "worker/overlap_step_end.h"
-#include "worker/parameter_access.h"
 #include "worker/parameter_staging.h"
 #include "worker/trainable_model.h"
 
@@ -85,15 +85,16 @@ struct StepObservations {
 
 // Drives `model` (not owned) against `params` (not owned); both must
 // outlive it. Per step: Pull(), Compute(), EndStep(), NextStep(). Calls
-// ParameterAccess::CancelCalls() when destroyed, so no call still in flight
+// client::ParameterAccess::CancelCalls() when destroyed, so no call still in flight
 // touches the buffers it frees. Thread-compatible: the training thread.
 class StepPipeline {
  public:
-  // Allocates the overlap buffers, cuts the splittable weights at the
-  // parameter servers' chunk boundaries, and (without overlap) lets every
-  // push bring back the next step's weights into the model.
+  // Allocates the overlap buffers and cuts the splittable weights at the
+  // parameter servers' chunk boundaries. Without overlap, every push brings
+  // back the next step's weights of its chunks into the model.
   static absl::StatusOr<std::unique_ptr<StepPipeline>> Create(
-      TrainableModel* model, kernels::Backend* backend, ParameterAccess* params,
+      TrainableModel* model, kernels::Backend* backend,
+      client::ParameterAccess* params,
       StepPipelineOptions options);
   ~StepPipeline();
 
@@ -147,13 +148,15 @@ class StepPipeline {
   absl::Status PullWeights();
 
  private:
-  StepPipeline(TrainableModel* model, ParameterAccess* params,
+  StepPipeline(TrainableModel* model, client::ParameterAccess* params,
                StepPipelineOptions options, bool direct);
 
+  // Pulls the weights of clock() into `tensors`; their version.
+  absl::StatusOr<int64_t> PullInto(std::vector<absl::Span<float>> tensors);
   // Applies CatchUpClock to version_; false: the job's steps are done.
   bool CatchUp();
   // The previous step's end has arrived (false: the job's steps are done).
-  bool Arrived(const ParameterAccess::StepEnd& end);
+  bool Arrived(const client::CallResult& end);
   // All of the incoming weights (false: the job's steps are done).
   absl::StatusOr<bool> AwaitIncoming();
   // The hooks of Compute(), which wait for weights part by part.
@@ -164,7 +167,7 @@ class StepPipeline {
   void PushPart(int index, int64_t begin, int64_t end, absl::Status* status);
 
   TrainableModel* const model_;
-  ParameterAccess* const params_;
+  client::ParameterAccess* const params_;
   const StepPipelineOptions options_;
   int64_t total_steps_ = options_.total_steps;  // the job's steps end here
   ParameterStaging staging_;
@@ -176,7 +179,7 @@ class StepPipeline {
   int64_t skipped_steps_ = 0;
   int64_t version_ = 0;  // of the weights the step computes on
   // The weights of the next step, arriving part by part while it starts.
-  std::unique_ptr<ParameterAccess::StepEndInProgress> incoming_;
+  std::optional<client::Handle> incoming_;
   bool arriving_ = false;  // this step's weights are `incoming_`
   // The weights for clock_, when the previous step's end already brought
   // them (overlap).

@@ -314,7 +314,9 @@ TEST_F(StepPipelineTest, AFailedPushEndsTheStepWithItsError) {
   EXPECT_EQ(Lines(access_->log, "push").size(), 1u);
 }
 
-// Records what the pipeline asks of the access when it is made.
+// Records what the pipeline asks of the access when it is made (the
+// tensors cut into parts), and the buffers its pushes ask the next weights
+// into.
 class SetUpAccess : public RecordingAccess {
  public:
   using RecordingAccess::RecordingAccess;
@@ -322,11 +324,14 @@ class SetUpAccess : public RecordingAccess {
     asked.push_back(index);
     return {};
   }
-  void PullWithPushes(std::vector<absl::Span<float>> tensors) override {
-    pull_with_pushes = std::move(tensors);
+  absl::Status Push(client::StepArgs request) override {
+    if (!request.next_weights.empty()) {
+      push_next_weights = request.next_weights;
+    }
+    return RecordingAccess::Push(std::move(request));
   }
   mutable std::vector<int> asked;
-  std::vector<absl::Span<float>> pull_with_pushes;
+  std::vector<absl::Span<float>> push_next_weights;
 };
 
 TEST_F(StepPipelineTest, PushesBringBackWeightsIntoTheModelUnlessOverlapped) {
@@ -337,9 +342,10 @@ TEST_F(StepPipelineTest, PushesBringBackWeightsIntoTheModelUnlessOverlapped) {
     ASSERT_TRUE(p.ok()) << p.status();
     // Only the weight the model uses in row blocks is cut at the chunks.
     EXPECT_EQ(access.asked, std::vector<int>{0});
-    ASSERT_EQ(access.pull_with_pushes.size(), 4u);
+    Step(p->get(), 0);
+    ASSERT_EQ(access.push_next_weights.size(), 4u);
     for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(access.pull_with_pushes[i].data(), model_->parameter(i).data);
+      EXPECT_EQ(access.push_next_weights[i].data(), model_->parameter(i).data);
     }
   }
   // Destroyed: the calls in flight were ended.
@@ -350,7 +356,10 @@ TEST_F(StepPipelineTest, PushesBringBackWeightsIntoTheModelUnlessOverlapped) {
                                 {.overlap = true, .total_steps = 10});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_TRUE(overlapped.asked.empty());
-  EXPECT_TRUE(overlapped.pull_with_pushes.empty());
+  Step(p->get(), 0);
+  Step(p->get(), 1);
+  EXPECT_EQ(Lines(overlapped.log, "finish").size(), 2u);
+  EXPECT_TRUE(overlapped.push_next_weights.empty());
 }
 
 TEST_F(StepPipelineTest, OverlappedStepsComputeOnWeightsOneStepEndBehind) {

@@ -10,8 +10,8 @@
 // fields name the keys. Per step it names the batch's unique keys per table
 // (PrepareSparse), takes their pulled rows (SetSparseRows) before the step,
 // and hands out one gradient row per key (GetSparseGradient) after it;
-// worker/sparse_step.h drives that through ParameterAccess (its
-// SparseRowAccess side where it has one: worker/sparse_row_access.h).
+// worker/sparse_step.h drives that through the parameter access
+// (worker/client/parameter_access.h).
 #ifndef PS_WORKER_TRAINABLE_MODEL_H_
 #define PS_WORKER_TRAINABLE_MODEL_H_
 

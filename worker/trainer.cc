@@ -177,7 +177,7 @@ int64_t TotalSteps(const JobSpec& spec, int64_t train_examples,
 absl::StatusOr<TrainResult> Train(
     const WorkerAssignment& a, std::shared_ptr<const Dataset> train,
     std::shared_ptr<const Dataset> test, kernels::Backend* backend,
-    ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
+    client::ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
     const TrainerOptions& options, std::function<WorkerPlan()> current_plan) {
   const JobSpec& spec = a.spec();
   if (spec.data().format() != DataSpec::IDX) {

@@ -20,7 +20,7 @@
 #include "proto/coordinator_service.pb.h"
 #include "worker/dataset.h"
 #include "worker/metric_window.h"
-#include "worker/parameter_access.h"
+#include "worker/client/parameter_access.h"
 #include "worker/plan_batches.h"
 
 namespace ps::worker {
@@ -74,7 +74,7 @@ struct TrainResult {
 absl::StatusOr<TrainResult> Train(
     const WorkerAssignment& assignment, std::shared_ptr<const Dataset> train,
     std::shared_ptr<const Dataset> test, kernels::Backend* backend,
-    ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
+    client::ParameterAccess* params, MetricSink sink, const std::atomic<bool>* stop,
     const TrainerOptions& options = {},
     std::function<WorkerPlan()> current_plan = nullptr);
 

@@ -13,14 +13,18 @@
 #include "common/spec/model.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_emulated_backend.h"
+#include "worker/client/parameter_access.h"
 #include "worker/step_pipeline.h"
 
 namespace ps::worker {
 namespace {
 
 // Parameters held in-process with plain SGD applied on every push: the
-// training loop without the network.
-class LocalParams : public ParameterAccess {
+// training loop without the network. Gradient parts (TensorGrad offsets)
+// are applied where they fall; the weights pushes ask back
+// (next_weights) come with the step's end, which fetches all of them as a
+// pull of the next step would. Every Handle it returns is over.
+class LocalParams : public client::ParameterAccess {
  public:
   LocalParams(const JobSpec& spec, float lr) : lr_(lr) {
     absl::StatusOr<std::vector<TensorSpec>> tensors = ExpandModel(spec.model());
@@ -32,8 +36,71 @@ class LocalParams : public ParameterAccess {
       tensors_.push_back(std::move(w));
     }
   }
-  absl::StatusOr<int64_t> Pull(int64_t,
-                               std::vector<absl::Span<float>> out) override {
+  client::Handle Pull(client::PullArgs request) override {
+    if (!request.rows.empty()) {
+      return client::Handle(absl::UnimplementedError("no sparse tables"));
+    }
+    absl::StatusOr<int64_t> version = Read(request.tensors);
+    if (!version.ok()) return client::Handle(version.status());
+    return client::Handle(client::CallResult{.version = *version});
+  }
+  absl::Status Push(client::StepArgs request) override {
+    return Apply(request);
+  }
+  client::Handle EndStep(client::StepArgs request) override {
+    if (absl::Status s = Apply(request); !s.ok()) return client::Handle(s);
+    ++version_;
+    if (request.next_weights.empty()) return client::Handle();
+    ++finish_and_pulls;
+    absl::StatusOr<int64_t> version = Read(request.next_weights);
+    if (!version.ok()) return client::Handle(version.status());
+    return client::Handle(client::CallResult{.version = *version});
+  }
+  std::vector<int64_t> PartBoundaries(int) const override { return {}; }
+  void CancelCalls() override {}
+
+  // The shards' version (BSP: the step they are at).
+  void set_version(int64_t version) { version_ = version; }
+  // Pulls: Pull calls and step ends that fetched the next weights; pushes:
+  // dense gradients (or parts) applied; finish_and_pulls: step ends that
+  // fetched the next weights.
+  int pulls = 0, pushes = 0, finish_and_pulls = 0;
+  std::map<int64_t, int64_t> base_versions;  // by clock
+  // The sum of squares of each pushed gradient, by (clock, tensor index).
+  std::map<std::pair<int64_t, int>, double> grad_sums;
+
+ protected:
+  // Applies the dense gradients (or parts) of `request`, one by one.
+  virtual absl::Status Apply(const client::StepArgs& request) {
+    if (!request.rows.empty() || !request.next_rows.empty()) {
+      return absl::UnimplementedError("no sparse tables");
+    }
+    for (const client::TensorGrad& g : request.dense) {
+      const int index = g.tensor_index;
+      if (index == 0) base_versions[request.clock] = request.base_version;
+      // Squares: an output bias's gradient sums to about zero at every step.
+      double& sum = grad_sums[{request.clock, index}];
+      for (float x : g.grad) sum += static_cast<double>(x) * x;
+      if (index < 0 || index >= static_cast<int>(tensors_.size())) {
+        return absl::InvalidArgumentError("index");
+      }
+      auto& t = tensors_[index];
+      const bool whole = g.offset == 0 && g.grad.size() == t.size();
+      if (g.offset < 0 || g.offset + g.grad.size() > t.size() ||
+          (!whole && PartBoundaries(index).empty())) {
+        return absl::InvalidArgumentError("size");
+      }
+      for (size_t j = 0; j < g.grad.size(); ++j) {
+        t[g.offset + j] -= lr_ * g.grad[j];
+      }
+      ++pushes;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Copies the weights into `out`; their version.
+  absl::StatusOr<int64_t> Read(const std::vector<absl::Span<float>>& out) {
     if (out.size() != tensors_.size())
       return absl::InvalidArgumentError("count");
     for (size_t i = 0; i < out.size(); ++i) {
@@ -45,45 +112,7 @@ class LocalParams : public ParameterAccess {
     ++pulls;
     return version_;
   }
-  absl::Status Push(int64_t clock, int64_t base_version, int index,
-                    absl::Span<const float> grad) override {
-    if (index == 0) base_versions[clock] = base_version;
-    // Squares: an output bias's gradient sums to about zero at every step.
-    double& sum = grad_sums[{clock, index}];
-    for (float g : grad) sum += static_cast<double>(g) * g;
-    auto& t = tensors_.at(index);
-    if (grad.size() != t.size()) return absl::InvalidArgumentError("size");
-    for (size_t j = 0; j < t.size(); ++j) t[j] -= lr_ * grad[j];
-    ++pushes;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<int64_t> Finish(int64_t) override {
-    ++version_;
-    return 0;
-  }
-  absl::StatusOr<StepEnd> FinishAndPull(
-      int64_t clock, std::vector<absl::Span<float>> tensors) override {
-    ++finish_and_pulls;
-    return ParameterAccess::FinishAndPull(clock, std::move(tensors));
-  }
-  // The shards' version (BSP: the step they are at).
-  void set_version(int64_t version) { version_ = version; }
-  int pulls = 0, pushes = 0, finish_and_pulls = 0;
-  std::map<int64_t, int64_t> base_versions;  // by clock
-  // The sum of squares of each pushed gradient, by (clock, tensor index).
-  std::map<std::pair<int64_t, int>, double> grad_sums;
 
- protected:
-  // Zeros the size of tensor `index`.
-  absl::Status ZerosLike(int index, std::vector<float>* out) const {
-    if (index < 0 || index >= static_cast<int>(tensors_.size())) {
-      return absl::InvalidArgumentError("index");
-    }
-    out->assign(tensors_[index].size(), 0.0f);
-    return absl::OkStatus();
-  }
-
- private:
   float lr_;
   int64_t version_ = 0;
   std::vector<std::vector<float>> tensors_;
@@ -258,7 +287,9 @@ TEST_F(TrainerTest, RejectsMismatchedInput) {
 
 // Parameters whose first tensor is cut into parts (as a shard's chunks):
 // gradients arrive block by block, and the next step's weights are awaited
-// block by block before forward reads them.
+// block by block before forward reads them. Records the dense parts step
+// 1 sends (Push or EndStep, in order), whether a push asked the next
+// weights back, and the parts of the weights awaited on step 1's end.
 class PartParams : public LocalParams {
  public:
   PartParams(const JobSpec& spec, float lr, std::vector<int64_t> boundaries)
@@ -266,48 +297,47 @@ class PartParams : public LocalParams {
   std::vector<int64_t> PartBoundaries(int index) const override {
     return index == 0 ? boundaries_ : std::vector<int64_t>();
   }
-  absl::Status PushPart(int64_t clock, int64_t base_version, int index,
-                        int64_t offset, absl::Span<const float> grad) override {
-    if (clock == 1) parts.push_back({index, offset, int64_t(grad.size())});
-    if (offset == 0 && index != 0) {
-      return Push(clock, base_version, index, grad);
-    }
-    // A part: applied as the whole tensor would be, element by element.
-    std::vector<float> g;
-    if (absl::Status s = ZerosLike(index, &g); !s.ok()) return s;
-    std::copy(grad.begin(), grad.end(), g.begin() + offset);
-    return Push(clock, base_version, index, g);
+  absl::Status Push(client::StepArgs request) override {
+    if (!request.next_weights.empty()) pull_with_pushes = true;
+    return LocalParams::Push(std::move(request));
   }
-  void PullWithPushes(std::vector<absl::Span<float>>) override {
-    pull_with_pushes = true;
-  }
-  class Recorded : public StepEndInProgress {
+  // A step end whose per-part waits are recorded.
+  class Recorded : public client::Handle::Call {
    public:
-    Recorded(absl::StatusOr<StepEnd> end,
-             std::vector<std::vector<int64_t>>* awaited)
+    Recorded(client::Handle end, std::vector<std::vector<int64_t>>* awaited)
         : end_(std::move(end)), awaited_(awaited) {}
-    absl::Status AwaitWeights(int index, int64_t begin, int64_t end) override {
+    absl::Status AwaitPart(int index, int64_t begin, int64_t end) override {
       awaited_->push_back({index, begin, end});
-      return end_.status();
+      return end_.AwaitPart(index, begin, end);
     }
-    absl::StatusOr<StepEnd> Wait() override { return end_; }
+    absl::StatusOr<client::CallResult> Wait() override { return end_.Wait(); }
 
    private:
-    absl::StatusOr<StepEnd> end_;
+    client::Handle end_;
     std::vector<std::vector<int64_t>>* awaited_;
   };
-  std::unique_ptr<StepEndInProgress> StartFinishAndPull(
-      int64_t clock, std::vector<absl::Span<float>> tensors) override {
-    if (clock == 1) awaited.clear();
-    return std::make_unique<Recorded>(FinishAndPull(clock, std::move(tensors)),
-                                      clock == 1 ? &awaited : &ignored_);
+  client::Handle EndStep(client::StepArgs request) override {
+    const int64_t clock = request.clock;
+    client::Handle end = LocalParams::EndStep(std::move(request));
+    if (clock != 1) return end;
+    awaited.clear();
+    return client::Handle(std::make_unique<Recorded>(std::move(end), &awaited));
   }
   std::vector<std::vector<int64_t>> parts, awaited;
   bool pull_with_pushes = false;
 
+ protected:
+  absl::Status Apply(const client::StepArgs& request) override {
+    if (request.clock == 1) {
+      for (const client::TensorGrad& g : request.dense) {
+        parts.push_back({g.tensor_index, g.offset, int64_t(g.grad.size())});
+      }
+    }
+    return LocalParams::Apply(request);
+  }
+
  private:
   std::vector<int64_t> boundaries_;
-  std::vector<std::vector<int64_t>> ignored_;
 };
 
 TEST(Trainer, FirstLayerRowSplitsFollowChunksInBlocksOfAFewHundredKb) {

@@ -42,6 +42,7 @@
 #include "common/platform/rpc.h"
 #include "common/wire/placement.h"
 #include "proto/config.pb.h"
+#include "worker/client/buffers.h"
 #include "worker/client/session.h"
 #include "worker/client/ticket.h"
 #include "worker/client/transport.h"
@@ -103,39 +104,6 @@ struct ParameterClientOptions {
   // table's id in PullRows / PushRows). Each table's rows travel in its
   // own dtype (SparseTableSpec.dtype), whatever wire_dtype says.
   std::vector<SparseTableSpec> sparse_tables;
-};
-
-// One tensor's gradient: all of it (placement.tensor_elements[tensor_index]
-// floats), or with `offset` the elements [offset, offset + grad.size()),
-// which must be whole chunks (start at a chunk's start, end at a chunk's
-// end: ChunkBoundaries).
-struct TensorGrad {
-  int tensor_index = 0;
-  absl::Span<const float> grad;
-  int64_t offset = 0;
-};
-
-// Rows of sparse table `table` (ParameterClientOptions::sparse_tables) to
-// pull: `keys` (unique ones: the shards answer repeated keys too, but the
-// bytes are wasted) and `rows`, keys.size() x dim floats that receive row i
-// of key i. Keys grouped by shard (KeyDeduplicator::DeduplicateByShard) are
-// sent from the caller's memory and their rows written in place; other
-// orders cost a gather of the keys.
-struct SparsePull {
-  int table = 0;
-  absl::Span<const uint64_t> keys;
-  absl::Span<float> rows;
-};
-
-// The gradients of sparse table `table`'s rows: `keys` unique (a push with
-// a repeated key is refused by the shard, INVALID_ARGUMENT: sum a batch's
-// gradients per key first, SumRowsByInverse in unique_keys.h) and `grads`,
-// keys.size() x dim floats. With keys grouped by shard and an fp32 table,
-// both are sent from the caller's memory without a copy.
-struct SparsePush {
-  int table = 0;
-  absl::Span<const uint64_t> keys;
-  absl::Span<const float> grads;
 };
 
 class ParameterClient {

@@ -1,9 +1,9 @@
 // ParameterAccess over the real parameter servers (the parameter client,
-// worker/client/parameter_client.h): the placement is computed from the job
+// parameter_client.h): the placement is computed from the job
 // spec, pulls wait as the job's consistency model says, and every wait is
 // bounded and stoppable.
-#ifndef PS_WORKER_PS_ACCESS_H_
-#define PS_WORKER_PS_ACCESS_H_
+#ifndef PS_WORKER_CLIENT_PS_ACCESS_H_
+#define PS_WORKER_CLIENT_PS_ACCESS_H_
 
 #include <atomic>
 #include <memory>
@@ -16,11 +16,11 @@
 #include "common/platform/rpc.h"
 #include "common/wire/placement.h"
 #include "proto/coordinator_service.pb.h"
+#include "proto/config.pb.h"
+#include "worker/client/parameter_access.h"
 #include "worker/client/parameter_client.h"
-#include "worker/sparse_row_access.h"
-#include "worker/trainer.h"
 
-namespace ps::worker {
+namespace ps::client {
 
 struct PsAccessOptions {
   std::string token;
@@ -30,7 +30,7 @@ struct PsAccessOptions {
   // gives up and reports (UNAVAILABLE names the shard).
   absl::Duration retry_deadline = absl::Seconds(60);
   // How long the training loop polls for weights on their way before it
-  // sleeps (client::ParameterClientOptions::wait_spin); zero: it sleeps at
+  // sleeps (ParameterClientOptions::wait_spin); zero: it sleeps at
   // once.
   absl::Duration wait_spin = absl::Microseconds(300);
   // Set by the daemon to stop waiting (job cancelled, SIGTERM).
@@ -44,11 +44,9 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
     const WorkerAssignment& assignment, const PsAccessOptions& options);
 
 // The same over `client` (tests give one over a fake transport, or a fake),
-// for a job of consistency model `model`. The access both make also
-// implements SparseRowAccess (worker/sparse_row_access.h: SparseRowsOf
-// finds it); one training thread drives both sides.
+// for a job of consistency model `model`.
 std::unique_ptr<ParameterAccess> NewPsAccess(
-    std::unique_ptr<client::ParameterClient> client,
+    std::unique_ptr<ParameterClient> client,
     ConsistencySpec::Model model, const PsAccessOptions& options);
 
 // The TCP connections a worker opens to each shard for `spec`. Two by
@@ -63,6 +61,6 @@ std::unique_ptr<ParameterAccess> NewPsAccess(
 int ConnectionsPerShard(const JobSpec& spec, const Placement& placement,
                         int64_t max_request_bytes);
 
-}  // namespace ps::worker
+}  // namespace ps::client
 
-#endif  // PS_WORKER_PS_ACCESS_H_
+#endif  // PS_WORKER_CLIENT_PS_ACCESS_H_

@@ -4,7 +4,7 @@
 // the versions each consistency model waits for, staleness, re-pulls after
 // a refusal, the stop flag and deadlines, and errors. One case runs the
 // real client over a fake transport, for the error that names the shard.
-#include "worker/ps_access.h"
+#include "worker/client/ps_access.h"
 
 #include <gtest/gtest.h>
 
@@ -19,15 +19,11 @@
 #include "common/spec/model.h"
 #include "common/wire/placement.h"
 #include "worker/client/fake_transport.h"
+#include "worker/client/request_test_util.h"
 #include "worker/client/ticket.h"
 
-namespace ps::worker {
+namespace ps::client {
 namespace {
-
-using client::ParameterClient;
-using client::TensorGrad;
-using client::Ticket;
-using client::TicketState;
 
 JobSpec MlpSpec(ConsistencySpec::Model model, bool overlap, int64_t hidden) {
   JobSpec spec;
@@ -237,17 +233,18 @@ TEST(PsAccess, PullsWaitAsTheConsistencyModelSays) {
     SCOPED_TRACE(ConsistencySpec::Model_Name(c.model));
     Rig rig(c.model);
     rig.log.respond = AnswerAll(/*version=*/3);
-    absl::StatusOr<int64_t> v = rig.access->Pull(4, rig.spans());
+    absl::StatusOr<CallResult> v =
+        rig.access->Pull(PullOf(4, rig.spans())).Wait();
     ASSERT_TRUE(v.ok()) << v.status();
-    EXPECT_EQ(*v, 3);
+    EXPECT_EQ(v->version, 3);
     ASSERT_EQ(rig.log.ops.size(), 1u);
     const Op& pull = rig.log.ops[0];
     EXPECT_EQ(pull.kind, Kind::kPullAll);
     EXPECT_EQ(pull.clock, 4);
     EXPECT_EQ(pull.min_version, c.min_version_at_4);
     EXPECT_EQ(pull.tensors, 3u);
-    absl::StatusOr<ParameterAccess::StepEnd> end =
-        rig.access->FinishAndPull(4, rig.spans());
+    absl::StatusOr<CallResult> end =
+        rig.access->EndStep(EndOf(4, 3, rig.spans())).Wait();
     ASSERT_TRUE(end.ok()) << end.status();
     const Op& step = rig.log.ops.back();
     EXPECT_EQ(step.kind, Kind::kEndStepAndPull);
@@ -267,17 +264,17 @@ TEST(PsAccess, GradientsAreCoalescedAndRideWithTheEndOfStep) {
     Rig rig(model);
     rig.log.respond = AnswerAll(/*version=*/7);
     const std::vector<float> g(kBig, 1.0f), gb(10, 1.0f);
-    ASSERT_TRUE(rig.access->Push(2, 6, 1, g).ok());  // 80 KB, 80 KB left
+    ASSERT_TRUE(rig.access->Push(GradOf(2, 6, 1, g)).ok());  // 80 KB, 80 left
     ASSERT_EQ(rig.log.kinds(), std::vector<Kind>{Kind::kPushTensors});
     EXPECT_EQ(rig.log.ops[0].grads,
               (std::vector<std::tuple<int, int64_t, size_t>>{{1, 0, kBig}}));
     EXPECT_EQ(rig.log.ops[0].clock, 2);
     EXPECT_EQ(rig.log.ops[0].base_version, 6);
-    ASSERT_TRUE(rig.access->Push(2, 6, 2, gb).ok());  // 40 bytes pending
-    ASSERT_TRUE(rig.access->Push(2, 6, 0, g).ok());   // nothing left after
+    ASSERT_TRUE(rig.access->Push(GradOf(2, 6, 2, gb)).ok());  // 40 bytes
+    ASSERT_TRUE(rig.access->Push(GradOf(2, 6, 0, g)).ok());  // none left
     EXPECT_EQ(rig.log.ops.size(), 1u);
-    absl::StatusOr<ParameterAccess::StepEnd> end =
-        rig.access->FinishAndPull(2, rig.spans());
+    absl::StatusOr<CallResult> end =
+        rig.access->EndStep(EndOf(2, 6, rig.spans())).Wait();
     ASSERT_TRUE(end.ok()) << end.status();
     EXPECT_EQ(end->version, 7);
     const std::vector<std::tuple<int, int64_t, size_t>> rest = {{2, 0, 10},
@@ -320,12 +317,12 @@ TEST(PsAccess, StalenessIsTheLargestAnyPushSaw) {
     Finish(op.pull, 12);
   };
   const std::vector<float> g(kBig, 1.0f), gb(10, 1.0f);
-  ASSERT_TRUE(rig.access->Push(0, 10, 1, g).ok());
-  ASSERT_TRUE(rig.access->Push(0, 10, 0, g).ok());
-  ASSERT_TRUE(rig.access->Push(0, 10, 2, gb).ok());
-  absl::StatusOr<int64_t> staleness = rig.access->Finish(0);
-  ASSERT_TRUE(staleness.ok()) << staleness.status();
-  EXPECT_EQ(*staleness, 3);
+  ASSERT_TRUE(rig.access->Push(GradOf(0, 10, 1, g)).ok());
+  ASSERT_TRUE(rig.access->Push(GradOf(0, 10, 0, g)).ok());
+  ASSERT_TRUE(rig.access->Push(GradOf(0, 10, 2, gb)).ok());
+  absl::StatusOr<CallResult> end = rig.access->EndStep(EndOf(0, 10)).Wait();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->staleness, 3);
   EXPECT_EQ(rig.log.kinds(),
             (std::vector<Kind>{Kind::kPushTensors, Kind::kPushTensors,
                                Kind::kEndStep}));
@@ -348,8 +345,8 @@ TEST(PsAccess, APushErrorEndsTheStep) {
     Finish(op.pull, 1);
   };
   const std::vector<float> g(kBig, 1.0f);
-  ASSERT_TRUE(rig.access->Push(5, 0, 1, g).ok());
-  absl::StatusOr<int64_t> staleness = rig.access->Finish(5);
+  ASSERT_TRUE(rig.access->Push(GradOf(5, 0, 1, g)).ok());
+  absl::StatusOr<CallResult> staleness = rig.access->EndStep(EndOf(5, 0)).Wait();
   EXPECT_EQ(staleness.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(staleness.status().message().find("push at clock 5"),
             std::string::npos)
@@ -370,8 +367,8 @@ TEST(PsAccess, ARefusedEndOfStepPullsAgain) {
     Finish(op.end, op.base_version);
     Finish(op.pull, 21);
   };
-  absl::StatusOr<ParameterAccess::StepEnd> end =
-      rig.access->FinishAndPull(3, rig.spans());
+  absl::StatusOr<CallResult> end =
+      rig.access->EndStep(EndOf(3, 0, rig.spans())).Wait();
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_EQ(end->version, 21);
   ASSERT_EQ(rig.log.kinds(),
@@ -379,33 +376,36 @@ TEST(PsAccess, ARefusedEndOfStepPullsAgain) {
   EXPECT_EQ(rig.log.ops[1].clock, 4);
 }
 
-// With PullWithPushes, pushes ask back their chunks' next weights, which
-// AwaitWeights waits for chunk by chunk while the end of step is still on
-// its way; the end of step does not ask for them again.
+// Pushes that name next_weights ask back their chunks' next weights, which
+// AwaitPart waits for chunk by chunk while the end of step is still on its
+// way; the end of step does not ask for them again.
 TEST(PsAccess, PushedChunksComeBackBeforeTheStepEnds) {
   Rig rig(ConsistencySpec::BSP);
-  rig.access->PullWithPushes(rig.spans());
   const std::vector<float> g(kBig, 1.0f), gb(10, 1.0f);
-  ASSERT_TRUE(rig.access->Push(0, 0, 1, g).ok());
+  auto push_part = [&](int index, const std::vector<float>& grad) {
+    StepArgs r = GradOf(0, 0, index, grad);
+    r.next_weights = rig.spans();
+    return rig.access->Push(std::move(r));
+  };
+  ASSERT_TRUE(push_part(1, g).ok());
   ASSERT_EQ(rig.log.kinds(), std::vector<Kind>{Kind::kPushAndPull});
   const Op& push = rig.log.ops[0];
   EXPECT_EQ(push.next_clock, 1);
   EXPECT_EQ(push.min_version, 1);
   EXPECT_EQ(push.tensors, 3u);
-  ASSERT_TRUE(rig.access->Push(0, 0, 2, gb).ok());
-  ASSERT_TRUE(rig.access->Push(0, 0, 0, g).ok());
-  std::unique_ptr<ParameterAccess::StepEndInProgress> step =
-      rig.access->StartFinishAndPull(0, rig.spans());
+  ASSERT_TRUE(push_part(2, gb).ok());
+  ASSERT_TRUE(push_part(0, g).ok());
+  Handle step = rig.access->EndStep(EndOf(0, 0, rig.spans()));
   ASSERT_EQ(rig.log.ops.size(), 2u);
   const Op& end = rig.log.ops[1];
   EXPECT_EQ(end.kind, Kind::kEndStepAndPull);
   const std::vector<int64_t> w2 = ChunksOf(rig.placement, 1);
   EXPECT_EQ(end.already_asked, w2);
-  // w2's weights land (the push's pull is not done yet): AwaitWeights for
+  // w2's weights land (the push's pull is not done yet): AwaitPart for
   // them returns; the end of step and the rest are still pending.
   rig.log.ops[0].pull->MarkArrived(w2);
-  EXPECT_TRUE(step->AwaitWeights(1, 0, kBig).ok());
-  EXPECT_TRUE(step->AwaitWeights(1, 100, 200).ok());
+  EXPECT_TRUE(step.AwaitPart(1, 0, kBig).ok());
+  EXPECT_TRUE(step.AwaitPart(1, 100, 200).ok());
   EXPECT_FALSE(Ticket(rig.log.ops[1].end).Done());
   // The rest comes with the end of step.
   Finish(rig.log.ops[0].end, 0);
@@ -413,26 +413,30 @@ TEST(PsAccess, PushedChunksComeBackBeforeTheStepEnds) {
   std::vector<int64_t> rest = ChunksOf(rig.placement, 0);
   rest.push_back(ChunksOf(rig.placement, 2)[0]);
   rig.log.ops[1].pull->MarkArrived(rest);
-  EXPECT_TRUE(step->AwaitWeights(0, 0, kBig).ok());
+  EXPECT_TRUE(step.AwaitPart(0, 0, kBig).ok());
   Finish(rig.log.ops[1].end, 0);
   Finish(rig.log.ops[1].pull, 1);
-  absl::StatusOr<ParameterAccess::StepEnd> result = step->Wait();
+  absl::StatusOr<CallResult> result = step.Wait();
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->version, 1);
   EXPECT_EQ(result->staleness, 0);
   // Waiting again gives the same result without new calls.
-  EXPECT_TRUE(step->Wait().ok());
+  EXPECT_TRUE(step.Wait().ok());
   EXPECT_EQ(rig.log.ops.size(), 2u);
 }
 
-// StartStepEnd sends every gradient with the end of step at once and
-// returns; its wait gives the staleness of the end (versions past the base)
-// and the pulled version, pulling again when the end was refused.
-TEST(PsAccess, StartStepEndSendsAllAndWaitsLater) {
+// An EndStep that carries gradients sends them all with the end of step at
+// once and returns; its wait gives the staleness of the end (versions past
+// the base) and the pulled version, pulling again when the end was refused.
+TEST(PsAccess, AnEndWithGradientsSendsAllAndWaitsLater) {
   Rig rig(ConsistencySpec::ASP);
   const std::vector<float> g(kBig, 1.0f), gb(10, 1.0f);
-  ParameterAccess::PendingStepEnd pending =
-      rig.access->StartStepEnd(6, 4, {g, g, gb}, rig.spans());
+  auto end_with = [&](int64_t clock, int64_t base) {
+    StepArgs r = GradsOf(clock, base, {g, g, gb});
+    r.next_weights = rig.spans();
+    return rig.access->EndStep(std::move(r));
+  };
+  Handle pending = end_with(6, 4);
   ASSERT_EQ(rig.log.kinds(), std::vector<Kind>{Kind::kEndStepAndPull});
   const Op& op = rig.log.ops[0];
   EXPECT_EQ(op.grads, (std::vector<std::tuple<int, int64_t, size_t>>{
@@ -443,17 +447,17 @@ TEST(PsAccess, StartStepEndSendsAllAndWaitsLater) {
   EXPECT_EQ(op.min_version, 0);
   Finish(op.end, 9);
   Finish(op.pull, 10);
-  absl::StatusOr<ParameterAccess::StepEnd> end = pending();
+  absl::StatusOr<CallResult> end = pending.Wait();
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_EQ(end->staleness, 5);
   EXPECT_EQ(end->version, 10);
 
   // Refused: no staleness counted, and the weights are pulled on their own.
-  pending = rig.access->StartStepEnd(7, 10, {g, g, gb}, rig.spans());
+  pending = end_with(7, 10);
   rig.log.respond = AnswerAll(/*version=*/11);
   Finish(rig.log.ops[1].end, 0, absl::AbortedError("too stale"));
   Finish(rig.log.ops[1].pull, 0, absl::AbortedError("too stale"));
-  end = pending();
+  end = pending.Wait();
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_EQ(end->staleness, 0);
   EXPECT_EQ(end->version, 11);
@@ -468,7 +472,8 @@ TEST(PsAccess, WaitsEndOnStopAndAtTheRetryDeadline) {
   PsAccessOptions stopping;
   stopping.stop = &stop;
   Rig stopped(ConsistencySpec::BSP, stopping);
-  absl::StatusOr<int64_t> v = stopped.access->Pull(2, stopped.spans());
+  absl::StatusOr<CallResult> v =
+      stopped.access->Pull(PullOf(2, stopped.spans())).Wait();
   EXPECT_EQ(v.status().code(), absl::StatusCode::kCancelled);
   EXPECT_NE(v.status().message().find("pull at clock 2: stopped"),
             std::string::npos)
@@ -477,7 +482,7 @@ TEST(PsAccess, WaitsEndOnStopAndAtTheRetryDeadline) {
   PsAccessOptions impatient;
   impatient.retry_deadline = absl::ZeroDuration();
   Rig late(ConsistencySpec::BSP, impatient);
-  v = late.access->Pull(2, late.spans());
+  v = late.access->Pull(PullOf(2, late.spans())).Wait();
   EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(v.status().message().find(
                 "pull at clock 2: no answer from the parameter servers"),
@@ -500,9 +505,9 @@ TEST(PsAccess, PartBoundariesAreTheChunkBoundaries) {
 // the training loop naming the call, the shard and its address.
 TEST(PsAccess, ErrorsNameTheShard) {
   const Placement p = Model3();
-  auto transport = std::make_unique<client::FakeTransport>(2);
-  client::FakeTransport* fake = transport.get();
-  client::ParameterClientOptions options;
+  auto transport = std::make_unique<FakeTransport>(2);
+  FakeTransport* fake = transport.get();
+  ParameterClientOptions options;
   options.server_addresses = {"a", "b"};
   auto c = ParameterClient::CreateWithTransport(options, "job", 1, p,
                                                 std::move(transport));
@@ -512,17 +517,20 @@ TEST(PsAccess, ErrorsNameTheShard) {
   std::vector<float> w1(kBig), w2(kBig), b(10);
   std::thread shards([&] {
     ASSERT_TRUE(fake->WaitForAttempts(2));
-    fake->AnswerAll([](const client::FakeRequest& r) {
+    fake->AnswerAll([](const FakeRequest& r) {
       if (r.shard == 0) {
-        return client::FakeReply{absl::OkStatus(),
-                                 client::FakeTransport::Encode(PullResponse())};
+        return FakeReply{absl::OkStatus(),
+                                 FakeTransport::Encode(PullResponse())};
       }
-      return client::FakeReply::Error(
+      return FakeReply::Error(
           absl::FailedPreconditionError("worker 1 is not a member"));
     });
   });
-  absl::StatusOr<int64_t> v = access->Pull(
-      0, {absl::MakeSpan(w1), absl::MakeSpan(w2), absl::MakeSpan(b)});
+  absl::StatusOr<CallResult> v =
+      access
+          ->Pull(PullOf(
+              0, {absl::MakeSpan(w1), absl::MakeSpan(w2), absl::MakeSpan(b)}))
+          .Wait();
   shards.join();
   EXPECT_EQ(v.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(v.status().message().find(
@@ -533,4 +541,4 @@ TEST(PsAccess, ErrorsNameTheShard) {
 }
 
 }  // namespace
-}  // namespace ps::worker
+}  // namespace ps::client

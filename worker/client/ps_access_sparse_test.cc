@@ -1,4 +1,4 @@
-// PsAccess's sparse side (SparseRowAccess) through the real parameter
+// PsAccess's sparse tables through the real parameter
 // client over a fake transport whose shards answer from a thread of the
 // test: rows pulled as the consistency model waits, rows asked back by a
 // push in place once the step ends, pulled again when the push is refused
@@ -18,16 +18,11 @@
 #include "common/wire/placement.h"
 #include "worker/client/fake_transport.h"
 #include "worker/client/parameter_client.h"
-#include "worker/ps_access.h"
+#include "worker/client/ps_access.h"
+#include "worker/client/request_test_util.h"
 
-namespace ps::worker {
+namespace ps::client {
 namespace {
-
-using client::FakeChunk;
-using client::FakeReply;
-using client::FakeRequest;
-using client::FakeSparse;
-using client::FakeTransport;
 using client::Rpc;
 
 float RowValue(uint64_t key, int k) {
@@ -117,18 +112,16 @@ struct Rig {
     shards.placement = &placement;
     auto t = std::make_unique<FakeTransport>(2);
     transport = t.get();
-    client::ParameterClientOptions options;
+    ParameterClientOptions options;
     options.server_addresses = {"a", "b"};
     SparseTableSpec table;
     table.set_name("emb");
     table.set_dim(kDim);
     options.sparse_tables = {table};
-    auto c = client::ParameterClient::CreateWithTransport(
+    auto c = ParameterClient::CreateWithTransport(
         options, "job", 1, placement, std::move(t));
     EXPECT_TRUE(c.ok()) << c.status();
     access = NewPsAccess(*std::move(c), model, {});
-    rows = SparseRowsOf(access.get());
-    EXPECT_NE(rows, nullptr);
     answering = std::thread([this] {
       while (!stop.load()) {
         if (transport->WaitForAttempts(1, absl::Milliseconds(20))) {
@@ -148,7 +141,6 @@ struct Rig {
   Shards shards;
   FakeTransport* transport = nullptr;
   std::unique_ptr<ParameterAccess> access;
-  SparseRowAccess* rows = nullptr;
   std::atomic<bool> stop{false};
   std::thread answering;
 };
@@ -168,11 +160,11 @@ TEST(PsAccessSparse, PullRowsWaitsAsTheConsistencyModelSays) {
   for (auto model : {ConsistencySpec::BSP, ConsistencySpec::ASP}) {
     Rig rig(model);
     std::vector<float> rows(kKeys.size() * kDim);
-    absl::StatusOr<int64_t> v =
-        rig.rows->PullRows(4, {{0, kKeys, absl::MakeSpan(rows)}});
+    absl::StatusOr<CallResult> v =
+        rig.access->Pull(RowsOf(4, {{0, kKeys, absl::MakeSpan(rows)}})).Wait();
     rig.Stop();
     ASSERT_TRUE(v.ok()) << v.status();
-    EXPECT_EQ(*v, 3);
+    EXPECT_EQ(v->version, 3);
     ExpectRows(kKeys, rows);
     ASSERT_FALSE(rig.shards.min_versions.empty());
     for (int64_t m : rig.shards.min_versions) {
@@ -181,20 +173,29 @@ TEST(PsAccessSparse, PullRowsWaitsAsTheConsistencyModelSays) {
   }
 }
 
-// ParameterAccess's one-table calls (worker/sparse_step.h) are PullRows and
-// PushRows: the same rows, the same waits, the push completed by Finish.
-TEST(PsAccessSparse, PullSparseAndPushSparseAreOneTablesRows) {
+// One Pull of weights and rows waits for both (the version: the
+// weights'), each as the consistency model says; rows pushed with Push are
+// completed by the step's end.
+TEST(PsAccessSparse, OnePullBringsWeightsAndRows) {
   Rig rig(ConsistencySpec::BSP);
   std::vector<float> rows(kKeys.size() * kDim);
-  ASSERT_TRUE(rig.access->PullSparse(4, 0, kKeys, absl::MakeSpan(rows)).ok());
+  std::vector<float> w(10, -1.0f);
+  PullArgs pull = PullOf(4, {absl::MakeSpan(w)});
+  pull.rows = {{0, kKeys, absl::MakeSpan(rows)}};
+  absl::StatusOr<CallResult> pulled = rig.access->Pull(pull).Wait();
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->version, 3);
   ExpectRows(kKeys, rows);
+  EXPECT_EQ(w, std::vector<float>(10, 0.0f));  // the shards' weights
+  ASSERT_FALSE(rig.shards.min_versions.empty());
   for (int64_t m : rig.shards.min_versions) EXPECT_EQ(m, 4);
   std::vector<float> grads(kKeys.size() * kDim, 1.0f);
-  ASSERT_TRUE(rig.access->PushSparse(4, 3, 0, kKeys, grads).ok());
-  absl::StatusOr<int64_t> staleness = rig.access->Finish(4);
+  ASSERT_TRUE(rig.access->Push(RowGradsOf(4, 3, {{0, kKeys, grads}})).ok());
+  absl::StatusOr<CallResult> end = rig.access->EndStep(EndOf(4, 3)).Wait();
   rig.Stop();
-  ASSERT_TRUE(staleness.ok()) << staleness.status();
+  ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_FALSE(rig.shards.row_push_seqs.empty());
+  EXPECT_EQ(rig.shards.end_seqs.size(), 2u);
 }
 
 // The rows a push asks back are in place once FinishAndPull returns, and
@@ -205,12 +206,11 @@ TEST(PsAccessSparse, RowsAskedBackArriveWithTheStepEnd) {
   std::vector<float> grads(kKeys.size() * kDim, 1.0f);
   std::vector<float> next_rows(next.size() * kDim);
   std::vector<float> w(10);
-  ASSERT_TRUE(rig.rows
-                  ->PushRowsAndPull(2, 1, {{0, kKeys, grads}},
-                                    {{0, next, absl::MakeSpan(next_rows)}})
-                  .ok());
-  absl::StatusOr<ParameterAccess::StepEnd> end =
-      rig.access->FinishAndPull(2, {absl::MakeSpan(w)});
+  StepArgs push = RowGradsOf(2, 1, {{0, kKeys, grads}});
+  push.next_rows = {{0, next, absl::MakeSpan(next_rows)}};
+  ASSERT_TRUE(rig.access->Push(push).ok());
+  absl::StatusOr<CallResult> end =
+      rig.access->EndStep(EndOf(2, 1, {absl::MakeSpan(w)})).Wait();
   rig.Stop();
   ASSERT_TRUE(end.ok()) << end.status();
   ExpectRows(next, next_rows);
@@ -231,11 +231,11 @@ TEST(PsAccessSparse, RowsOfARefusedPushArePulledAgain) {
   const std::vector<uint64_t> next = {9, 99, 999};
   std::vector<float> grads(kKeys.size() * kDim, 1.0f);
   std::vector<float> next_rows(next.size() * kDim, -1.0f);
-  ASSERT_TRUE(rig.rows
-                  ->PushRowsAndPull(2, 1, {{0, kKeys, grads}},
-                                    {{0, next, absl::MakeSpan(next_rows)}})
-                  .ok());
-  absl::StatusOr<int64_t> staleness = rig.access->Finish(2);
+  StepArgs push = RowGradsOf(2, 1, {{0, kKeys, grads}});
+  push.next_rows = {{0, next, absl::MakeSpan(next_rows)}};
+  ASSERT_TRUE(rig.access->Push(push).ok());
+  absl::StatusOr<CallResult> staleness =
+      rig.access->EndStep(EndOf(2, 1)).Wait();
   rig.Stop();
   ASSERT_TRUE(staleness.ok()) << staleness.status();
   ExpectRows(next, next_rows);
@@ -244,7 +244,7 @@ TEST(PsAccessSparse, RowsOfARefusedPushArePulledAgain) {
 // ASP with overlap_communication: the step's end goes out at once with the
 // dense gradient and the rows' pushes; the wait brings the rows asked for
 // and the next weights, and pulls rows again after a refused push.
-TEST(PsAccessSparse, StartRowsStepEndBringsRowsAndWeights) {
+TEST(PsAccessSparse, AnEndWithRowsBringsRowsAndWeights) {
   for (bool refuse : {false, true}) {
     Rig rig(ConsistencySpec::ASP);
     rig.shards.refuse_rows = refuse;
@@ -253,10 +253,11 @@ TEST(PsAccessSparse, StartRowsStepEndBringsRowsAndWeights) {
     std::vector<float> dense_grad(10, 0.5f);
     std::vector<float> next_rows(next.size() * kDim, -1.0f);
     std::vector<float> w(10, -1.0f);
-    ParameterAccess::PendingStepEnd pending = rig.rows->StartRowsStepEnd(
-        2, 1, {dense_grad}, {{0, kKeys, grads}},
-        {{0, next, absl::MakeSpan(next_rows)}}, {absl::MakeSpan(w)});
-    absl::StatusOr<ParameterAccess::StepEnd> end = pending();
+    StepArgs step = GradsOf(2, 1, {dense_grad});
+    step.rows = {{0, kKeys, grads}};
+    step.next_rows = {{0, next, absl::MakeSpan(next_rows)}};
+    step.next_weights = {absl::MakeSpan(w)};
+    absl::StatusOr<CallResult> end = rig.access->EndStep(step).Wait();
     rig.Stop();
     ASSERT_TRUE(end.ok()) << end.status();
     EXPECT_EQ(end->version, 3);
@@ -282,8 +283,8 @@ TEST(PsAccessSparse, ErrorsNameTheShard) {
       return rig.shards(r);
     });
   });
-  absl::StatusOr<int64_t> v =
-      rig.rows->PullRows(0, {{0, kKeys, absl::MakeSpan(rows)}});
+  absl::StatusOr<CallResult> v =
+      rig.access->Pull(RowsOf(0, {{0, kKeys, absl::MakeSpan(rows)}})).Wait();
   shards.join();
   EXPECT_TRUE(absl::IsResourceExhausted(v.status())) << v.status();
   EXPECT_TRUE(absl::StrContains(v.status().message(),
@@ -294,4 +295,4 @@ TEST(PsAccessSparse, ErrorsNameTheShard) {
 }
 
 }  // namespace
-}  // namespace ps::worker
+}  // namespace ps::client
