@@ -289,7 +289,15 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
       {.overlap = consistency.model() == ConsistencySpec::ASP &&
                   consistency.overlap_communication(),
        .clock = clock});
+  const bool bsp = consistency.model() == ConsistencySpec::BSP;
   int64_t step = a.start_step();
+  if (bsp) {
+    // The clock is the step the shards are at, whatever start_step said
+    // (a late joiner, a worker that rejoined).
+    PS_ASSIGN_OR_RETURN(const int64_t at, stepper.Join(step));
+    result.skipped_steps += std::max<int64_t>(0, at - step);
+    step = at;
+  }
   int64_t end = 0;
   while (step < (end = plan_end())) {
     if (stop != nullptr && stop->load()) {
@@ -335,6 +343,14 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
     result.last_loss = r.loss;
     ++result.steps;
     ++step;
+    if (bsp && r.next_version > step) {
+      // The job moved on without this worker (a backup whose gradients
+      // came late): it catches up rather than computing gradients that
+      // would be dropped.
+      result.skipped_steps += r.next_version - step;
+      step = r.next_version;
+      stepper.SkipTo(step);
+    }
     read_ahead.DropBefore(step);
     if (window.Due(step, end)) {
       window.Report(step, sink);

@@ -6,7 +6,10 @@
 // the step ended; the next batch's rows and weights come back with the
 // step's end, and the batch after it is read while they are on their
 // way) under the job's consistency model; the evaluator scores
-// the model on the test files with the metrics its head implies.
+// the model on the test files with the metrics its head implies. Under
+// BSP a worker joins at the shards' open step and catches up when the job
+// moved on without it (a backup worker), as the IDX pipeline does
+// (SparseStepper::Join, SkipTo).
 //
 // Steps: the worker's data plan (WorkerAssignment.plan, worker/
 // plan_batches.h), batch by batch as the IDX path follows it: at clock c

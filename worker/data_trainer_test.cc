@@ -354,5 +354,102 @@ TEST(DataTrainer, AShardTooSmallForABatchFails) {
       << r.status();
 }
 
+// The shards of a BSP job as a worker that joins late or falls behind
+// sees them: a pull of the current step answers `joined_at`, and the end
+// of step `clock` answers the version `moved_on[clock]` (the job went on
+// without this worker) instead of clock + 1. The steps the worker ends
+// are recorded.
+class BspShards final : public client::ParameterAccess {
+ public:
+  explicit BspShards(client::ParameterAccess* inner) : inner_(inner) {}
+  client::Handle Pull(client::PullArgs args) override {
+    const bool current = args.current;
+    absl::StatusOr<client::CallResult> r = inner_->Pull(std::move(args)).Wait();
+    if (r.ok() && current) r->version = joined_at;
+    return client::Handle(r);
+  }
+  absl::Status Push(client::StepArgs args) override {
+    return inner_->Push(std::move(args));
+  }
+  client::Handle EndStep(client::StepArgs args) override {
+    const int64_t clock = args.clock;
+    const bool next = !args.next_weights.empty();
+    ended.push_back(clock);
+    absl::StatusOr<client::CallResult> r =
+        inner_->EndStep(std::move(args)).Wait();
+    if (r.ok() && next) {
+      auto it = moved_on.find(clock);
+      r->version = it != moved_on.end() ? it->second : clock + 1;
+    }
+    return client::Handle(r);
+  }
+  std::vector<int64_t> PartBoundaries(int index) const override {
+    return inner_->PartBoundaries(index);
+  }
+  void CancelCalls() override { inner_->CancelCalls(); }
+
+  int64_t joined_at = 0;
+  std::map<int64_t, int64_t> moved_on;
+  std::vector<int64_t> ended;
+
+ private:
+  client::ParameterAccess* inner_;
+};
+
+absl::StatusOr<TrainResult> TrainBsp(BspShards& shards, Job& j) {
+  JobSpec* spec = j.assignment.mutable_spec();
+  spec->mutable_consistency()->set_model(ConsistencySpec::BSP);
+  spec->mutable_data()->set_max_steps(10);
+  return Train(
+      j.assignment, nullptr, nullptr, j.backend.get(), &shards,
+      [](std::vector<MetricPoint>, bool) {}, nullptr);
+}
+
+// A sparse BSP worker that joins while the shards are at step 4 (the
+// others went on) starts there, as the dense pipeline's Join does.
+TEST(DataTrainer, ABspWorkerJoiningLateStartsAtTheShardsStep) {
+  const std::string train = TempPath("mf_join.train");
+  ASSERT_TRUE(WriteFile(train, PlantedRatings(1000, 6)).ok());
+  Job j = MfJob(train, "");
+  BspShards shards(j.params.get());
+  shards.joined_at = 4;
+  absl::StatusOr<TrainResult> r = TrainBsp(shards, j);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->steps, 6);
+  EXPECT_EQ(r->skipped_steps, 4);
+  EXPECT_EQ(r->final_clock, 10);
+  EXPECT_EQ(shards.ended, (std::vector<int64_t>{4, 5, 6, 7, 8, 9}));
+}
+
+// A sparse BSP worker whose step 2 ended after the job had moved on to
+// step 5 (a backup worker whose gradients came late) catches up: it
+// trains step 5 next instead of steps whose gradients would be dropped.
+TEST(DataTrainer, ABspBackupWorkerCatchesUp) {
+  const std::string train = TempPath("mf_backup.train");
+  ASSERT_TRUE(WriteFile(train, PlantedRatings(1000, 7)).ok());
+  Job j = MfJob(train, "");
+  BspShards shards(j.params.get());
+  shards.moved_on[2] = 5;
+  absl::StatusOr<TrainResult> r = TrainBsp(shards, j);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->steps, 8);
+  EXPECT_EQ(r->skipped_steps, 2);
+  EXPECT_EQ(r->final_clock, 10);
+  EXPECT_EQ(shards.ended, (std::vector<int64_t>{0, 1, 2, 5, 6, 7, 8, 9}));
+  // Under ASP nothing is skipped: the versions are not steps.
+  Job asp = MfJob(train, "");
+  BspShards same(asp.params.get());
+  same.moved_on[2] = 5;
+  asp.assignment.mutable_spec()->mutable_data()->set_max_steps(10);
+  asp.assignment.mutable_spec()->mutable_consistency()->set_model(
+      ConsistencySpec::ASP);
+  absl::StatusOr<TrainResult> plain = Train(
+      asp.assignment, nullptr, nullptr, asp.backend.get(), &same,
+      [](std::vector<MetricPoint>, bool) {}, nullptr);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->steps, 10);
+  EXPECT_EQ(plain->skipped_steps, 0);
+}
+
 }  // namespace
 }  // namespace ps::worker

@@ -95,6 +95,22 @@ absl::Status SparseStepper::AwaitPending() {
 
 absl::Status SparseStepper::Drain() { return AwaitPending(); }
 
+absl::StatusOr<int64_t> SparseStepper::Join(int64_t clock) {
+  client::PullArgs pull;
+  pull.clock = clock;
+  pull.tensors = Views(weights_);
+  pull.current = true;
+  PS_ASSIGN_OR_RETURN(const client::CallResult pulled,
+                      access_.Pull(std::move(pull)).Wait());
+  version_ = pulled.version;
+  weights_clock_ = pulled.version;
+  return pulled.version;
+}
+
+void SparseStepper::SkipTo(int64_t clock) {
+  if (weights_clock_ >= 0 && version_ >= clock) weights_clock_ = clock;
+}
+
 void SparseStepper::Forget() {
   weights_clock_ = arrived_.clock = later_.clock = flight_.clock = -1;
 }
@@ -176,6 +192,7 @@ absl::StatusOr<SparseStepResult> SparseStepper::Step(
     Forget();
     return sent;
   }
+  result.next_version = std::exchange(next_version_, -1);
   result.staleness = std::exchange(carried_staleness_, 0);
   result.staleness_ends = std::exchange(carried_ends_, 0);
   result.push = clock_->Now() - computed - result.in_flight + awaited;
@@ -239,6 +256,7 @@ absl::Status SparseStepper::SendEnd(
   carried_ends_++;
   if (last) return absl::OkStatus();
   version_ = ended.version;
+  next_version_ = ended.version;
   weights_clock_ = clock + 1;
   if (ahead_keys != nullptr) {
     std::swap(arrived_, flight_);

@@ -44,6 +44,10 @@ struct SparseStepResult {
   int64_t staleness = 0;
   int64_t staleness_ends = 0;
   int64_t unique_keys = 0;  // over the tables
+  // The version of the weights fetched for the next step; -1 when none
+  // were (the last step; with overlap). Under BSP a version past clock + 1
+  // means the job moved on without this worker (SkipTo).
+  int64_t next_version = -1;
   // Where the step's time went: waiting for weights and rows not already
   // prefetched; forward, backward and handing out the gradients; waiting
   // for the pushes, the end of the step and what they bring back (less
@@ -94,6 +98,17 @@ class SparseStepper {
   // Waits for a step end still on its way (overlap). Its staleness counts
   // in the next step's result. The access's errors (the calls cancelled).
   absl::Status Drain();
+
+  // BSP, before the first step: pulls the weights of the step the shards
+  // are at (their lowest open step, PullArgs::current) and returns it: the
+  // worker's first step, on those weights, whatever step its assignment
+  // named (the shards count a joining worker among their open step's
+  // workers, so it must end that step). `clock`: the assignment's step.
+  absl::StatusOr<int64_t> Join(int64_t clock);
+  // BSP catch-up: the weights fetched for the next step are of a later
+  // version (the job moved on without this worker: a backup whose
+  // gradients came late); the next step is `clock`, that version, on them.
+  void SkipTo(int64_t clock);
 
  private:
   // Weights and rows pulled for step `clock`, in `weights_` and `rows_`.
@@ -148,6 +163,7 @@ class SparseStepper {
   // outside a step's result (Drain).
   std::optional<client::Handle> pending_;
   int64_t carried_staleness_ = 0;
+  int64_t next_version_ = -1;  // for the result (SparseStepResult)
   int64_t carried_ends_ = 0;
 };
 
