@@ -30,7 +30,7 @@
 #include "common/spec/model.h"
 #include "kernels/cpu_backend.h"
 #include "server/shard/optimizer.h"
-#include "worker/dataset.h"
+#include "worker/data/dataset.h"
 #include "worker/model/layer_model.h"
 
 ABSL_FLAG(std::string, config, "configs/fashion_mnist_cnn_bsp.pbtxt",

@@ -37,8 +37,8 @@
 #include "server/shard/shard_store.h"
 #include "worker/client/parameter_access.h"
 #include "worker/client/ps_access.h"
-#include "worker/dataset.h"
-#include "worker/trainer.h"
+#include "worker/data/dataset.h"
+#include "worker/loop/trainer.h"
 
 ABSL_FLAG(int, steps, 400, "Training steps per measurement.");
 ABSL_FLAG(int, repeats, 1,

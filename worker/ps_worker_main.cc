@@ -27,11 +27,11 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/gemm_probe.h"
-#include "worker/coordinator_link.h"
-#include "worker/dataset.h"
-#include "worker/health_server.h"
 #include "worker/client/ps_access.h"
-#include "worker/trainer.h"
+#include "worker/coordinator_link.h"
+#include "worker/data/dataset.h"
+#include "worker/health_server.h"
+#include "worker/loop/trainer.h"
 
 ABSL_FLAG(std::string, device, "",
           "Compute device: cpu, cuda or cuda:N. Default: the first GPU if one "
@@ -313,7 +313,7 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
   const std::string dir = absl::GetFlag(FLAGS_data_root).empty()
                               ? job.spec().data().path()
                               : absl::GetFlag(FLAGS_data_root);
-  // Text formats stream their files in Train (worker/data_trainer.h).
+  // Text formats stream their files in Train (worker/loop/data_trainer.h).
   if (job.spec().data().format() == DataSpec::IDX) {
     PS_RETURN_IF_ERROR(
         w.data.Get(dir, !job.spec().data().no_normalize(), &train, &test));

@@ -247,8 +247,8 @@ TEST(ShardStore, BspWorkerJoiningAStepWithChunksAppliedEarlyEndsThatStep) {
     m.add_worker_ids(2);
     if (joiner == 3) m.add_worker_ids(3);
     ASSERT_TRUE(store->UpdateMembership(m).ok());
-    // The joiner starts where its first pull says (worker/step_pipeline.cc,
-    // CatchUp).
+    // The joiner starts where its first pull says
+    // (worker/loop/step_pipeline.cc, CatchUp).
     int64_t joined_at = -1;
     ExpectAll(Weights(*store, joiner, &joined_at), 1.0f - 2.0f);
     EXPECT_EQ(joined_at, 0);

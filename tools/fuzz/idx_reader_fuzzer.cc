@@ -1,4 +1,4 @@
-// libFuzzer target: worker/idx_reader on arbitrary file contents (plain or
+// libFuzzer target: worker/data/idx_reader on arbitrary file contents (plain or
 // gzip; zlib reads both). The first input byte picks the expected magic
 // (images or labels); the rest is the file. Any return is fine; a crash, a
 // sanitizer report or an allocation over libFuzzer's limit is a bug.
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "worker/idx_reader.h"
+#include "worker/data/idx_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

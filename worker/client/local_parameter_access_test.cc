@@ -16,7 +16,7 @@ PullArgs Tensors(int64_t clock, std::vector<absl::Span<float>> tensors) {
 }
 
 PullArgs Rows(int64_t clock, int table, absl::Span<const uint64_t> keys,
-                 absl::Span<float> rows) {
+              absl::Span<float> rows) {
   PullArgs r;
   r.clock = clock;
   r.rows = {{.table = table, .keys = keys, .rows = rows}};
@@ -24,7 +24,7 @@ PullArgs Rows(int64_t clock, int table, absl::Span<const uint64_t> keys,
 }
 
 StepArgs Grad(int64_t clock, int index, absl::Span<const float> grad,
-                 int64_t offset = 0) {
+              int64_t offset = 0) {
   StepArgs r;
   r.clock = clock;
   r.dense = {{.tensor_index = index, .grad = grad, .offset = offset}};
@@ -32,7 +32,7 @@ StepArgs Grad(int64_t clock, int index, absl::Span<const float> grad,
 }
 
 StepArgs RowGrads(int64_t clock, int table, absl::Span<const uint64_t> keys,
-                     absl::Span<const float> grads) {
+                  absl::Span<const float> grads) {
   StepArgs r;
   r.clock = clock;
   r.rows = {{.table = table, .keys = keys, .grads = grads}};
@@ -68,8 +68,7 @@ TEST(LocalParameterAccess, DensePushesApplyAtOnce) {
 // A step's end carries gradients and brings the next weights; pushes that
 // name next_weights bring back their own part's new weights.
 TEST(LocalParameterAccess, StepEndsAndPartsBringWeightsBack) {
-  LocalParameterAccess access({{1, 2, 3, 4}, {5}}, {}, 1.0f, 1,
-                              {{2}, {}});
+  LocalParameterAccess access({{1, 2, 3, 4}, {5}}, {}, 1.0f, 1, {{2}, {}});
   EXPECT_EQ(access.PartBoundaries(0), (std::vector<int64_t>{2}));
   EXPECT_TRUE(access.PartBoundaries(1).empty());
   EXPECT_TRUE(access.PartBoundaries(7).empty());
@@ -126,9 +125,8 @@ TEST(LocalParameterAccess, SparseRowsStartFromTheSeedAndLearn) {
   EXPECT_EQ(one.row_pulls(), 2);
 
   EXPECT_FALSE(one.Pull(Rows(0, 1, keys, absl::MakeSpan(after))).Wait().ok());
-  EXPECT_FALSE(one.Pull(Rows(0, 0, keys, absl::MakeSpan(after).subspan(1)))
-                   .Wait()
-                   .ok());
+  EXPECT_FALSE(
+      one.Pull(Rows(0, 0, keys, absl::MakeSpan(after).subspan(1))).Wait().ok());
   EXPECT_FALSE(one.Push(RowGrads(0, 0, keys, std::vector<float>(5))).ok());
 }
 

@@ -79,8 +79,8 @@ TEST(Handle, PartsAreAwaitedOneByOne) {
   EXPECT_EQ(h.Wait()->version, 3);
   // After the wait, parts are there without asking the call.
   EXPECT_TRUE(h.AwaitPart(2, 0, 1).ok());
-  EXPECT_EQ(log, (std::vector<std::string>{"part 0 0 4", "part 1 4 8",
-                                           "wait"}));
+  EXPECT_EQ(log,
+            (std::vector<std::string>{"part 0 0 4", "part 1 4 8", "wait"}));
 }
 
 // A part that failed (a push refused as too stale) is settled by the whole

@@ -20,8 +20,8 @@ namespace {
 // with the next tensor's message), and under BSP whatever is pending at the
 // end of the step travels in the end-of-step message itself, whose answer
 // brings the next step's weights. When pushes name next_weights, every
-// message sent during the step also asks back its own chunks' next weights, which the
-// shards send once they are applied (BSP: as soon as every worker's
+// message sent during the step also asks back its own chunks' next weights,
+// which the shards send once they are applied (BSP: as soon as every worker's
 // gradient of them is in; SSP: once the slowest worker is within the
 // bound). Not thread-safe (one training loop calls it).
 class PsAccess final : public ParameterAccess {
@@ -87,8 +87,7 @@ class PsAccess final : public ParameterAccess {
       return FinishStep(clock);
     }
     if (carries) return EndStepWithGradients(std::move(r));
-    return EndStepAndPull(r.clock, r.base_version,
-                          std::move(r.next_weights));
+    return EndStepAndPull(r.clock, r.base_version, std::move(r.next_weights));
   }
 
   std::vector<int64_t> PartBoundaries(int index) const override {
@@ -452,8 +451,7 @@ class PsAccess final : public ParameterAccess {
   }
 
   // Waits for a step's pushes and its end: the staleness the pushes saw.
-  absl::StatusOr<int64_t> AwaitStep(const Step& step,
-                                    const Ticket& end) {
+  absl::StatusOr<int64_t> AwaitStep(const Step& step, const Ticket& end) {
     int64_t staleness = 0;
     absl::Status first_error;
     for (const Ticket& t : step.pushes) {
@@ -520,8 +518,8 @@ class PsAccess final : public ParameterAccess {
 }  // namespace
 
 std::unique_ptr<ParameterAccess> NewPsAccess(
-    std::unique_ptr<ParameterClient> client,
-    ConsistencySpec::Model model, const PsAccessOptions& options) {
+    std::unique_ptr<ParameterClient> client, ConsistencySpec::Model model,
+    const PsAccessOptions& options) {
   return std::make_unique<PsAccess>(std::move(client), model, options);
 }
 
@@ -570,9 +568,9 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
   co.pipeline_step_end = a.spec().consistency().model() != ConsistencySpec::BSP;
   co.connections_per_shard =
       ConnectionsPerShard(a.spec(), placement, co.max_request_bytes);
-  PS_ASSIGN_OR_RETURN(auto client,
-                      ParameterClient::Create(
-                          co, a.job_id(), options.member_id, placement));
+  PS_ASSIGN_OR_RETURN(
+      auto client,
+      ParameterClient::Create(co, a.job_id(), options.member_id, placement));
   return NewPsAccess(std::move(client), a.spec().consistency().model(),
                      options);
 }

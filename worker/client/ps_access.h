@@ -15,8 +15,8 @@
 #include "absl/time/time.h"
 #include "common/platform/rpc.h"
 #include "common/wire/placement.h"
-#include "proto/coordinator_service.pb.h"
 #include "proto/config.pb.h"
+#include "proto/coordinator_service.pb.h"
 #include "worker/client/parameter_access.h"
 #include "worker/client/parameter_client.h"
 
@@ -46,8 +46,8 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
 // The same over `client` (tests give one over a fake transport, or a fake),
 // for a job of consistency model `model`.
 std::unique_ptr<ParameterAccess> NewPsAccess(
-    std::unique_ptr<ParameterClient> client,
-    ConsistencySpec::Model model, const PsAccessOptions& options);
+    std::unique_ptr<ParameterClient> client, ConsistencySpec::Model model,
+    const PsAccessOptions& options);
 
 // The TCP connections a worker opens to each shard for `spec`. Two by
 // default: the answers to a step's first messages flow back while the later

@@ -118,8 +118,8 @@ struct Rig {
     table.set_name("emb");
     table.set_dim(kDim);
     options.sparse_tables = {table};
-    auto c = ParameterClient::CreateWithTransport(
-        options, "job", 1, placement, std::move(t));
+    auto c = ParameterClient::CreateWithTransport(options, "job", 1, placement,
+                                                  std::move(t));
     EXPECT_TRUE(c.ok()) << c.status();
     access = NewPsAccess(*std::move(c), model, {});
     answering = std::thread([this] {

@@ -271,7 +271,7 @@ TEST(PsAccess, GradientsAreCoalescedAndRideWithTheEndOfStep) {
     EXPECT_EQ(rig.log.ops[0].clock, 2);
     EXPECT_EQ(rig.log.ops[0].base_version, 6);
     ASSERT_TRUE(rig.access->Push(GradOf(2, 6, 2, gb)).ok());  // 40 bytes
-    ASSERT_TRUE(rig.access->Push(GradOf(2, 6, 0, g)).ok());  // none left
+    ASSERT_TRUE(rig.access->Push(GradOf(2, 6, 0, g)).ok());   // none left
     EXPECT_EQ(rig.log.ops.size(), 1u);
     absl::StatusOr<CallResult> end =
         rig.access->EndStep(EndOf(2, 6, rig.spans())).Wait();
@@ -346,7 +346,8 @@ TEST(PsAccess, APushErrorEndsTheStep) {
   };
   const std::vector<float> g(kBig, 1.0f);
   ASSERT_TRUE(rig.access->Push(GradOf(5, 0, 1, g)).ok());
-  absl::StatusOr<CallResult> staleness = rig.access->EndStep(EndOf(5, 0)).Wait();
+  absl::StatusOr<CallResult> staleness =
+      rig.access->EndStep(EndOf(5, 0)).Wait();
   EXPECT_EQ(staleness.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(staleness.status().message().find("push at clock 5"),
             std::string::npos)
@@ -520,7 +521,7 @@ TEST(PsAccess, ErrorsNameTheShard) {
     fake->AnswerAll([](const FakeRequest& r) {
       if (r.shard == 0) {
         return FakeReply{absl::OkStatus(),
-                                 FakeTransport::Encode(PullResponse())};
+                         FakeTransport::Encode(PullResponse())};
       }
       return FakeReply::Error(
           absl::FailedPreconditionError("worker 1 is not a member"));

@@ -12,8 +12,7 @@
 namespace ps::client {
 
 // The dense weights of `clock` into `tensors`.
-inline PullArgs PullOf(int64_t clock,
-                          std::vector<absl::Span<float>> tensors) {
+inline PullArgs PullOf(int64_t clock, std::vector<absl::Span<float>> tensors) {
   PullArgs r;
   r.clock = clock;
   r.tensors = std::move(tensors);
@@ -30,7 +29,7 @@ inline PullArgs RowsOf(int64_t clock, std::vector<SparsePull> pulls) {
 
 // Whole-tensor gradients (model order from tensor 0) of step `clock`.
 inline StepArgs GradsOf(int64_t clock, int64_t base_version,
-                           std::vector<absl::Span<const float>> grads) {
+                        std::vector<absl::Span<const float>> grads) {
   StepArgs r;
   r.clock = clock;
   r.base_version = base_version;
@@ -40,7 +39,7 @@ inline StepArgs GradsOf(int64_t clock, int64_t base_version,
 
 // The gradient of tensor `index` (from `offset`) of step `clock`.
 inline StepArgs GradOf(int64_t clock, int64_t base_version, int index,
-                          absl::Span<const float> grad, int64_t offset = 0) {
+                       absl::Span<const float> grad, int64_t offset = 0) {
   StepArgs r;
   r.clock = clock;
   r.base_version = base_version;
@@ -50,7 +49,7 @@ inline StepArgs GradOf(int64_t clock, int64_t base_version, int index,
 
 // Row gradients of step `clock`.
 inline StepArgs RowGradsOf(int64_t clock, int64_t base_version,
-                              std::vector<SparsePush> rows) {
+                           std::vector<SparsePush> rows) {
   StepArgs r;
   r.clock = clock;
   r.base_version = base_version;
@@ -61,7 +60,7 @@ inline StepArgs RowGradsOf(int64_t clock, int64_t base_version,
 // The end of step `clock` with nothing but the next weights (none: the
 // last step).
 inline StepArgs EndOf(int64_t clock, int64_t base_version,
-                         std::vector<absl::Span<float>> next_weights = {}) {
+                      std::vector<absl::Span<float>> next_weights = {}) {
   StepArgs r;
   r.clock = clock;
   r.base_version = base_version;

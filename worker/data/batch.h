@@ -3,7 +3,7 @@
 // memory, in the layouts the kernels take (row-major dense, CSR bags).
 //
 // What each format puts where (and what a missing value becomes):
-//   IDX images   dense = pixels ([rows * cols], as worker/dataset.h scales
+//   IDX images   dense = pixels ([rows * cols], as worker/data/dataset.h scales
 //                them); classes = the label. Nothing can be missing.
 //   Criteo TSV   dense = the 13 integer features as log(1 + max(x, 0)); a
 //                missing integer is 0.0 (the same as a value of 0). 26 sparse

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "worker/sharding.h"
+#include "worker/data/sharding.h"
 
 namespace ps::worker::data {
 namespace {

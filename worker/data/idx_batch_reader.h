@@ -1,9 +1,9 @@
-// The IDX image data (worker/dataset.h, read by worker/idx_reader.h) as
-// general batches: dense = the dataset's pixels as it scaled them
+// The IDX image data (worker/data/dataset.h, read by worker/data/idx_reader.h)
+// as general batches: dense = the dataset's pixels as it scaled them
 // ([rows * cols] floats per example), classes = the labels. The existing IDX
 // path is used as it is; this only copies its examples into Batch form.
 //
-// Shard rule: the existing one (worker/sharding.h): a permutation of the
+// Shard rule: the existing one (worker/data/sharding.h): a permutation of the
 // whole dataset from (seed, epoch), cut into num_shards contiguous slices;
 // shard k streams slice k in permutation order. ShardSpec::start_example
 // jumps straight to an example (no re-reading: the data is in memory).
@@ -17,7 +17,7 @@
 #include "absl/types/span.h"
 #include "worker/data/batch.h"
 #include "worker/data/batch_reader.h"
-#include "worker/dataset.h"
+#include "worker/data/dataset.h"
 
 namespace ps::worker::data {
 

@@ -11,8 +11,8 @@
 #include "gtest/gtest.h"
 #include "worker/data/batch.h"
 #include "worker/data/data_test_util.h"
-#include "worker/dataset.h"
-#include "worker/sharding.h"
+#include "worker/data/dataset.h"
+#include "worker/data/sharding.h"
 
 namespace ps::worker::data {
 namespace {

@@ -1,7 +1,7 @@
 // The loss at the end of a layer model (HeadSpec): softmax cross-entropy
 // over classes, sigmoid binary cross-entropy over one logit, or the squared
 // error of one prediction; its gradient for backward, and what evaluation
-// reports for it (worker/trainable_model.h ModelEvaluation).
+// reports for it (worker/model/trainable_model.h ModelEvaluation).
 #ifndef PS_WORKER_MODEL_HEAD_H_
 #define PS_WORKER_MODEL_HEAD_H_
 
@@ -13,7 +13,7 @@
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "proto/config.pb.h"
-#include "worker/trainable_model.h"
+#include "worker/model/trainable_model.h"
 
 namespace ps::worker::model {
 

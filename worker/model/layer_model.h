@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "proto/config.pb.h"
-#include "worker/trainable_model.h"
+#include "worker/model/trainable_model.h"
 
 namespace ps::worker::model {
 

@@ -21,7 +21,7 @@
 #include "kernels/backend.h"
 #include "kernels/benchmark_util.h"
 #include "proto/config.pb.h"
-#include "worker/batch_prefetcher.h"
+#include "worker/data/batch_prefetcher.h"
 #include "worker/model/layer_model.h"
 
 namespace ps::worker::model {

@@ -9,9 +9,9 @@
 
 #include "kernels/backend.h"
 #include "proto/config.pb.h"
-#include "worker/batch_prefetcher.h"
-#include "worker/dataset.h"
-#include "worker/trainable_model.h"
+#include "worker/data/batch_prefetcher.h"
+#include "worker/data/dataset.h"
+#include "worker/model/trainable_model.h"
 
 namespace ps::worker::model {
 

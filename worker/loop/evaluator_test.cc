@@ -1,0 +1,238 @@
+#include "worker/loop/evaluator.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/platform/fake_clock.h"
+
+namespace ps::worker {
+namespace {
+
+// A model that only evaluates: examples [begin, begin + count) score
+// correct = count / 2 and loss = 1 + begin / 1000. Records the ranges.
+class ScriptedModel : public TrainableModel {
+ public:
+  const std::vector<ParameterInfo>& parameters() const override {
+    return none_;
+  }
+  bool SplitsRows(int) const override { return false; }
+  kernels::DeviceSpan<float> parameter(int) override { return {}; }
+  kernels::DeviceSpan<const float> gradient(int) const override { return {}; }
+  absl::Status SetParameterRange(int, int64_t,
+                                 absl::Span<const float>) override {
+    return absl::UnimplementedError("evaluation only");
+  }
+  absl::Status GetGradientRange(int, int64_t, absl::Span<float>) override {
+    return absl::UnimplementedError("evaluation only");
+  }
+  absl::Status SwapParameterBuffer(int, kernels::DeviceBuffer&) override {
+    return absl::UnimplementedError("evaluation only");
+  }
+  absl::Status SwapGradientBuffer(int, kernels::DeviceBuffer&) override {
+    return absl::UnimplementedError("evaluation only");
+  }
+  absl::StatusOr<float> TrainStep(const Batch&,
+                                  const ModelStepHooks&) override {
+    return absl::UnimplementedError("evaluation only");
+  }
+  absl::StatusOr<ModelEvaluation> Evaluate(const Dataset&, int64_t begin,
+                                           int64_t count) override {
+    ranges.push_back({begin, begin + count});
+    if (!status.ok()) return status;
+    ModelEvaluation e;
+    e.loss = 1.0f + static_cast<float>(begin / 1000);
+    e.correct = count / 2;
+    e.examples = count;
+    e.head = head;
+    if (head == HeadSpec::SIGMOID_CROSS_ENTROPY) {
+      // Each batch ranks its one positive above its one negative except
+      // the batch at 1000, which ranks them the other way.
+      e.auc.Add(begin == 1000 ? 0.1f : 0.9f, 1.0f);
+      e.auc.Add(begin == 1000 ? 0.9f : 0.1f, 0.0f);
+      e.log_loss = LogLoss(0.2 * count, count);
+    } else if (head == HeadSpec::MEAN_SQUARED_ERROR) {
+      e.rmse = Rmse(4.0 * count, count);
+    }
+    return e;
+  }
+
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  absl::Status status;
+  HeadSpec::Loss head = HeadSpec::SOFTMAX_CROSS_ENTROPY;
+
+ private:
+  std::vector<ParameterInfo> none_;
+};
+
+std::shared_ptr<const Dataset> TestSet(int64_t n) {
+  auto d = std::make_shared<Dataset>();
+  d->num_examples = n;  // the scripted model reads no examples
+  return d;
+}
+
+// The test_* points sent, by name, with their steps.
+struct Sent {
+  std::vector<std::pair<std::string, MetricPoint>> points;
+  MetricSink Sink() {
+    return [this](std::vector<MetricPoint> p, bool) {
+      for (const MetricPoint& m : p) points.push_back({m.name(), m});
+    };
+  }
+};
+
+class EvaluatorTest : public testing::Test {
+ protected:
+  Evaluator Make(std::shared_ptr<const Dataset> test, int64_t every,
+                 int64_t examples, int64_t start_clock) {
+    EvaluatorOptions o;
+    o.eval_every_steps = every;
+    o.eval_examples = examples;
+    o.is_evaluator = [this] { return evaluator_; };
+    return Evaluator(std::move(test), &stamp_, sent_.Sink(), o, start_clock);
+  }
+  FakeClock clock_;
+  MetricStamp stamp_{&clock_, 100};
+  Sent sent_;
+  bool evaluator_ = true;
+  ScriptedModel model_;
+};
+
+TEST_F(EvaluatorTest, DueAtTheMultiplesAfterTheStartClock) {
+  struct Case {
+    int64_t start, first_due;
+  } cases[] = {{0, 100}, {99, 100}, {100, 200}, {250, 300}};
+  for (const Case& c : cases) {
+    Evaluator e = Make(TestSet(10), 100, 0, c.start);
+    EXPECT_FALSE(e.Due(c.first_due - 1)) << "start " << c.start;
+    EXPECT_TRUE(e.Due(c.first_due)) << "start " << c.start;
+  }
+}
+
+TEST_F(EvaluatorTest, AfterAnEvaluationTheNextIsDueAtTheNextMultiple) {
+  Evaluator e = Make(TestSet(10), 100, 0, 0);
+  ASSERT_TRUE(e.EvaluateDue(&model_, 100).ok());
+  EXPECT_FALSE(e.Due(199));
+  EXPECT_TRUE(e.Due(200));
+  // A BSP catch-up jumped past a multiple: the next is still a multiple.
+  ASSERT_TRUE(e.EvaluateDue(&model_, 305).ok());
+  EXPECT_FALSE(e.Due(399));
+  EXPECT_TRUE(e.Due(400));
+  EXPECT_EQ(model_.ranges.size(), 2u);
+}
+
+TEST_F(EvaluatorTest, ScoresInBatchesOfAThousandAndReports) {
+  Evaluator e = Make(TestSet(2500), 100, 0, 0);
+  EXPECT_EQ(e.test_accuracy(), -1);
+  clock_.AdvanceMs(40);
+  ASSERT_TRUE(e.EvaluateDue(&model_, 100).ok());
+  EXPECT_EQ(model_.ranges, (std::vector<std::pair<int64_t, int64_t>>{
+                               {0, 1000}, {1000, 2000}, {2000, 2500}}));
+  // 500 + 500 + 250 correct of 2500; loss (1 x 1000 + 2 x 1000 + 3 x 500)
+  // / 2500.
+  EXPECT_DOUBLE_EQ(e.test_accuracy(), 0.5);
+  ASSERT_EQ(sent_.points.size(), 2u);
+  EXPECT_EQ(sent_.points[0].first, "test_accuracy");
+  EXPECT_DOUBLE_EQ(sent_.points[0].second.value(), 0.5);
+  EXPECT_EQ(sent_.points[1].first, "test_loss");
+  EXPECT_DOUBLE_EQ(sent_.points[1].second.value(), 1.8);
+  for (const auto& [name, p] : sent_.points) {
+    EXPECT_EQ(p.step(), 100) << name;
+    EXPECT_DOUBLE_EQ(p.epoch(), 1) << name;
+    EXPECT_EQ(p.time_ms(), 40) << name;
+    EXPECT_FALSE(p.final_model()) << name;
+  }
+}
+
+TEST_F(EvaluatorTest, AnEvaluationOfTheFinalModelIsMarkedSo) {
+  Evaluator e = Make(TestSet(10), 100, 0, 0);
+  ASSERT_TRUE(e.Evaluate(&model_, 120, /*final_model=*/true).ok());
+  ASSERT_EQ(sent_.points.size(), 2u);
+  for (const auto& [name, p] : sent_.points) {
+    EXPECT_TRUE(p.final_model()) << name;
+    EXPECT_EQ(p.step(), 120) << name;
+  }
+}
+
+// A sigmoid head reports AUC and log loss merged over the batches (not
+// averaged per batch); a squared-error head the RMSE.
+TEST_F(EvaluatorTest, ReportsWhatTheModelsHeadScores) {
+  model_.head = HeadSpec::SIGMOID_CROSS_ENTROPY;
+  Evaluator e = Make(TestSet(2500), 100, 0, 0);
+  ASSERT_TRUE(e.EvaluateDue(&model_, 100).ok());
+  std::map<std::string, double> got;
+  for (const auto& [name, p] : sent_.points) got[name] = p.value();
+  // Positives 0.9, 0.1, 0.9 against negatives 0.1, 0.9, 0.1: of the 9
+  // pairs, 4 ordered and 4 tied (counting one half).
+  EXPECT_NEAR(got["test_auc"], (4 + 0.5 * 4) / 9.0, 1e-12);
+  EXPECT_NEAR(got["test_logloss"], 0.2, 1e-12);
+  EXPECT_EQ(got.count("test_accuracy"), 1u);
+  EXPECT_EQ(got.count("test_loss"), 1u);
+
+  model_.head = HeadSpec::MEAN_SQUARED_ERROR;
+  sent_.points.clear();
+  ASSERT_TRUE(e.EvaluateDue(&model_, 200).ok());
+  got.clear();
+  for (const auto& [name, p] : sent_.points) got[name] = p.value();
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_NEAR(got["test_rmse"], 2.0, 1e-12);
+  EXPECT_EQ(got.count("test_loss"), 1u);
+}
+
+TEST_F(EvaluatorTest, EvalExamplesCapsTheTestSet) {
+  Evaluator capped = Make(TestSet(2500), 100, 1200, 0);
+  ASSERT_TRUE(capped.Evaluate(&model_, 7, false).ok());
+  EXPECT_EQ(model_.ranges, (std::vector<std::pair<int64_t, int64_t>>{
+                               {0, 1000}, {1000, 1200}}));
+  EXPECT_DOUBLE_EQ(capped.test_accuracy(), 600.0 / 1200);
+  // More than there are: all of them.
+  model_.ranges.clear();
+  Evaluator all = Make(TestSet(30), 100, 1200, 0);
+  ASSERT_TRUE(all.Evaluate(&model_, 7, false).ok());
+  EXPECT_EQ(model_.ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, 30}}));
+}
+
+TEST_F(EvaluatorTest, OnlyTheWorkerThatHoldsTheRoleNowEvaluates) {
+  Evaluator e = Make(TestSet(10), 100, 0, 0);
+  evaluator_ = false;
+  EXPECT_FALSE(e.IsEvaluator());
+  ASSERT_TRUE(e.EvaluateDue(&model_, 100).ok());
+  EXPECT_TRUE(model_.ranges.empty());
+  EXPECT_TRUE(sent_.points.empty());
+  EXPECT_EQ(e.test_accuracy(), -1);
+  // The cadence moved on all the same.
+  EXPECT_FALSE(e.Due(199));
+  // The role moved here (the evaluator was evicted).
+  evaluator_ = true;
+  EXPECT_TRUE(e.IsEvaluator());
+  ASSERT_TRUE(e.EvaluateDue(&model_, 200).ok());
+  EXPECT_EQ(model_.ranges.size(), 1u);
+  EXPECT_EQ(sent_.points.size(), 2u);
+}
+
+TEST_F(EvaluatorTest, WithoutATestSetThereIsNothingToDo) {
+  Evaluator e = Make(nullptr, 100, 0, 0);
+  ASSERT_TRUE(e.EvaluateDue(&model_, 100).ok());
+  ASSERT_TRUE(e.Evaluate(&model_, 150, true).ok());
+  EXPECT_TRUE(model_.ranges.empty());
+  EXPECT_TRUE(sent_.points.empty());
+  EXPECT_TRUE(e.Due(200));
+  EXPECT_FALSE(e.Due(199));
+}
+
+TEST_F(EvaluatorTest, TheModelsErrorsReturnAndNothingIsReported) {
+  Evaluator e = Make(TestSet(2500), 100, 0, 0);
+  model_.status = absl::InternalError("device lost");
+  EXPECT_EQ(e.EvaluateDue(&model_, 100).code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(sent_.points.empty());
+  EXPECT_EQ(e.test_accuracy(), -1);
+  // Still due: the evaluation did not happen.
+  EXPECT_TRUE(e.Due(100));
+}
+
+}  // namespace
+}  // namespace ps::worker

@@ -1,0 +1,192 @@
+// One worker's step, phase by phase: pull the weights of the step (or take
+// those the previous step's end brought, or await them part by part while
+// forward runs), compute with each gradient pushed as backward produces it,
+// and end the step (which also fetches the next step's weights). Under BSP
+// it catches up when the job moved on without this worker. Straggler
+// injection slows the compute phase.
+#ifndef PS_WORKER_LOOP_STEP_PIPELINE_H_
+#define PS_WORKER_LOOP_STEP_PIPELINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/platform/clock.h"
+#include "kernels/backend.h"
+#include "proto/config.pb.h"
+#include "worker/client/parameter_access.h"
+#include "worker/data/batch_prefetcher.h"
+#include "worker/loop/overlap_step_end.h"
+#include "worker/loop/parameter_staging.h"
+#include "worker/model/trainable_model.h"
+
+namespace ps::worker {
+
+// The row boundaries at which the pipeline cuts a weight the model uses in
+// row blocks (`shape` [rows, width]: the weight of a layer model's Dense
+// layer fed by the model's inputs): among the parameter servers' chunk
+// boundaries (`parts`, element offsets) those that fall between rows,
+// thinned out to blocks of at least 384 KB and at most 8 blocks.
+std::vector<int64_t> FirstLayerRowSplits(const std::vector<int64_t>& parts,
+                                         const std::vector<int64_t>& shape);
+
+// BSP catch-up: the step a worker at `clock` continues at once it holds
+// weights of `version` (the weights of step v are version v's). When the
+// job moved on without it (a backup worker whose gradients were late, or a
+// worker that rejoined) that is `version`, rather than computing gradients
+// that would be dropped; otherwise, and under ASP and SSP, `clock`.
+int64_t CatchUpClock(bool bsp, int64_t clock, int64_t version);
+
+// Straggler injection for experiments (JobSpec.stragglers): the compute
+// phase takes compute_factor times as long, plus extra_delay.
+struct Slowdown {
+  double compute_factor = 1;
+  absl::Duration extra_delay = absl::ZeroDuration();
+
+  bool slowed() const {
+    return compute_factor > 1 || extra_delay > absl::ZeroDuration();
+  }
+  // How long to sleep after a compute phase of `compute`.
+  absl::Duration Delay(absl::Duration compute) const {
+    return compute * (compute_factor - 1) + extra_delay;
+  }
+};
+// The slowdown `spec` injects into the worker of `rank`: the last
+// compute_factor above 1 named for it, the sum of its delays.
+Slowdown SlowdownFor(const JobSpec& spec, int rank);
+
+struct StepPipelineOptions {
+  bool bsp = false;      // the job's consistency model is BSP
+  bool overlap = false;  // ASP with overlap_communication
+  int64_t start_clock = 0;
+  int64_t total_steps = 0;  // the job's steps end at this clock
+  Slowdown slowdown = {};
+  const Clock* clock = Clock::Real();  // measures the time awaited
+  // Sleeps a slowed compute phase.
+  std::function<void(absl::Duration)> sleep = [](absl::Duration d) {
+    absl::SleepFor(d);
+  };
+};
+
+// What the pipeline saw since the last TakeObservations(), for the metrics.
+struct StepObservations {
+  // Inside Compute(), waiting for weights on their way (counted as pull
+  // time, not compute).
+  absl::Duration awaited;
+  // Staleness summed over the step ends completed, and their count.
+  double staleness = 0;
+  int64_t staleness_ends = 0;
+};
+
+// Drives `model` (not owned) against `params` (not owned); both must
+// outlive it. Per step: Pull(), Compute(), EndStep(), NextStep(). Calls
+// client::ParameterAccess::CancelCalls() when destroyed, so no call still in
+// flight touches the buffers it frees. Thread-compatible: the training thread.
+class StepPipeline {
+ public:
+  // Allocates the overlap buffers and cuts the splittable weights at the
+  // parameter servers' chunk boundaries. Without overlap, every push brings
+  // back the next step's weights of its chunks into the model.
+  static absl::StatusOr<std::unique_ptr<StepPipeline>> Create(
+      TrainableModel* model, kernels::Backend* backend,
+      client::ParameterAccess* params, StepPipelineOptions options);
+  ~StepPipeline();
+
+  StepPipeline(const StepPipeline&) = delete;
+  StepPipeline& operator=(const StepPipeline&) = delete;
+
+  // The step being run (before Pull: the next to run).
+  int64_t clock() const { return clock_; }
+  // The job's steps now end at `total_steps` (a data plan that grew or
+  // shrank); takes effect from the next step.
+  void set_total_steps(int64_t total_steps) { total_steps_ = total_steps; }
+  // BSP: steps the job made without this worker (CatchUpClock).
+  int64_t skipped_steps() const { return skipped_steps_; }
+
+  // Before the first step, under BSP: pulls the weights the shards are at
+  // and makes their version (the lowest over the shards of their open
+  // step) clock(), below or above start_clock; the first Pull() computes on
+  // them. The shards' open step is the job's: a worker joining while they
+  // are at step v is one of step v's workers there, so it must end step v,
+  // whatever step its assignment named (the coordinator's idea of the
+  // job's step, from progress reports, may lead or lag the shards'). Does
+  // nothing under ASP and SSP.
+  absl::Status Join();
+
+  // Pull phase. Makes the weights of step clock() the model's, or, when
+  // the previous step's end is still bringing them, leaves them to arrive
+  // part by part in Compute(); with `all_weights` (an evaluation is due)
+  // all of them first. May move clock() forward (BSP catch-up). False: the
+  // job's steps are done (no step to run).
+  absl::StatusOr<bool> Pull(bool all_weights);
+
+  // Compute phase: forward and backward on `batch`, each gradient (block)
+  // pushed as soon as backward produces it (output layer first) unless
+  // overlapped; a slowed worker sleeps, then sends them. Returns the loss,
+  // or nullopt when the job's steps ended under this one (BSP catch-up).
+  absl::StatusOr<std::optional<float>> Compute(const Batch& batch);
+
+  // Push phase: ends the step. Unless it is the last step, that also
+  // starts fetching the next step's weights (one round trip instead of
+  // two).
+  absl::Status EndStep();
+
+  void NextStep() { ++clock_; }
+
+  // Returns and clears what was seen since the last call.
+  StepObservations TakeObservations();
+
+  // After the last step: waits for the weights still on their way.
+  absl::Status Drain();
+  // Pulls the weights of clock() into the model (the final evaluation).
+  absl::Status PullWeights();
+
+ private:
+  StepPipeline(TrainableModel* model, client::ParameterAccess* params,
+               StepPipelineOptions options, bool direct);
+
+  // Pulls the weights of clock() into `tensors`; their version.
+  absl::StatusOr<int64_t> PullInto(std::vector<absl::Span<float>> tensors);
+  // Applies CatchUpClock to version_; false: the job's steps are done.
+  bool CatchUp();
+  // The previous step's end has arrived (false: the job's steps are done).
+  bool Arrived(const client::CallResult& end);
+  // All of the incoming weights (false: the job's steps are done).
+  absl::StatusOr<bool> AwaitIncoming();
+  // The hooks of Compute(), which wait for weights part by part.
+  absl::Status BeforeUse(int index, int64_t begin, int64_t end);
+  absl::Status BeforeBackward(bool* finished);
+  // Pushes elements [begin, end) of parameter `index`'s gradient, unless
+  // an earlier push of the step failed (`status`).
+  void PushPart(int index, int64_t begin, int64_t end, absl::Status* status);
+
+  TrainableModel* const model_;
+  client::ParameterAccess* const params_;
+  const StepPipelineOptions options_;
+  int64_t total_steps_ = options_.total_steps;  // the job's steps end here
+  ParameterStaging staging_;
+  std::unique_ptr<OverlapStepEnd> overlap_;  // with options_.overlap
+  // Per parameter: its row blocks (empty: whole).
+  std::vector<std::vector<int64_t>> row_splits_;
+
+  int64_t clock_;
+  int64_t skipped_steps_ = 0;
+  int64_t version_ = 0;  // of the weights the step computes on
+  // The weights of the next step, arriving part by part while it starts.
+  std::optional<client::Handle> incoming_;
+  bool arriving_ = false;  // this step's weights are `incoming_`
+  // The weights for clock_, when the previous step's end already brought
+  // them (overlap).
+  bool prefetched_ = false;
+  int64_t prefetched_version_ = 0;
+  StepObservations seen_;
+};
+
+}  // namespace ps::worker
+
+#endif  // PS_WORKER_LOOP_STEP_PIPELINE_H_
