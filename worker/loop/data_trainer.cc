@@ -32,9 +32,7 @@ absl::StatusOr<T> Annotated(absl::StatusOr<T> s, absl::string_view context) {
   return s;
 }
 
-struct Budget {
-  int64_t steps_per_epoch = 0;
-  int64_t total_steps = 0;
+struct Budget : DataShape {
   int64_t bad_lines = -1;  // in the counting pass; -1: none was made
 };
 
@@ -241,33 +239,20 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
   // The plan, read again before every step: it grows when a leaver's
   // batches are moved here (leftover_data TRAIN), or shrinks when a
   // rejoining worker takes its data shard back.
-  WorkerPlan plan = PlanOf(a);
-  const auto plan_end = [&] {
-    if (current_plan) plan = current_plan();
-    return PlanEnd(plan.start, plan.segments, budget.total_steps);
-  };
+  LivePlan plan(a, std::move(current_plan), budget);
 
   const Clock* const clock = Clock::Real();
   const MetricStamp stamp(clock, budget.steps_per_epoch);
   MetricWindow window(&stamp, clock,
                       {.report_every_steps = options.report_every_steps,
                        .batch_size = d.batch_size()});
-  const int64_t eval_every =
-      d.eval_every_steps() > 0 ? d.eval_every_steps() : budget.steps_per_epoch;
-  int64_t next_eval = (a.start_step() / eval_every + 1) * eval_every;
-  const auto is_evaluator = [&] {
-    return options.is_evaluator ? options.is_evaluator() : a.evaluator();
-  };
+  TestScorer scorer;
+  if (!d.test_files().empty()) {
+    scorer = [&d, params](TrainableModel* m, int64_t step) {
+      return ScoreOnTestFiles(*m, *params, d, step, d.eval_examples());
+    };
+  }
   TrainResult result;
-  const auto evaluate = [&](int64_t step, bool final_model) -> absl::Status {
-    if (d.test_files().empty() || !is_evaluator()) return absl::OkStatus();
-    PS_ASSIGN_OR_RETURN(
-        const TestScore score,
-        ScoreOnTestFiles(*model, *params, d, step, d.eval_examples()));
-    ReportTestScore(score, stamp, sink, step, final_model);
-    result.test_accuracy = score.accuracy;
-    return absl::OkStatus();
-  };
   size_t samples_logged = 0;
   // Straggler injection (JobSpec.stragglers) as in the IDX pipeline, except
   // that a sparse step's pulls, compute and pushes are one call: the worker
@@ -275,13 +260,8 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
   const Slowdown slowdown = SlowdownFor(spec, a.rank());
 
   BatchesAhead read_ahead(&batches);
-  // A clock before the plan's start trains its first batch (as the IDX
-  // path does).
   const auto batch_at = [&](int64_t s) -> absl::StatusOr<const data::Batch*> {
-    PS_ASSIGN_OR_RETURN(
-        const PlannedBatch at,
-        PlanBatchAt(plan, std::max(s, plan.start), budget.total_steps,
-                    budget.steps_per_epoch));
+    PS_ASSIGN_OR_RETURN(const PlannedBatch at, plan.BatchAt(s));
     return Annotated(read_ahead.Get(s, at), "training data");
   };
   const ConsistencySpec& consistency = spec.consistency();
@@ -299,8 +279,11 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
     result.skipped_steps += std::max<int64_t>(0, at - step);
     step = at;
   }
+  Evaluator evaluator(std::move(scorer), &stamp, sink,
+                      EvaluatorOptionsFor(a, budget.steps_per_epoch, options),
+                      step);
   int64_t end = 0;
-  while (step < (end = plan_end())) {
+  while (step < (end = plan.End())) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(absl::StrCat("stopped at step ", step));
     }
@@ -321,10 +304,9 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
       std::fprintf(stderr, "worker: bad line %s\n",
                    batches.bad_line_samples()[samples_logged].c_str());
     }
-    if (step >= next_eval) {
+    if (evaluator.Due(step)) {
       PS_RETURN_IF_ERROR(stepper.Drain());
-      PS_RETURN_IF_ERROR(evaluate(step, /*final_model=*/false));
-      next_eval = (step / eval_every + 1) * eval_every;
+      PS_RETURN_IF_ERROR(evaluator.EvaluateDue(model.get(), step));
     }
     const absl::Time t1 = clock->Now();
     const int64_t later = step + stepper.lookahead() + 1;
@@ -364,9 +346,11 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
   result.final_clock = step;
   PS_RETURN_IF_ERROR(stepper.Drain());  // a plan that shrank under a step
   // The final weights, once every worker's are in.
-  if (!d.test_files().empty() && is_evaluator()) {
-    PS_RETURN_IF_ERROR(evaluate(step, AwaitOthersDone(options, stop)));
+  if (evaluator.scores()) {
+    PS_RETURN_IF_ERROR(
+        evaluator.Evaluate(model.get(), step, AwaitOthersDone(options, stop)));
   }
+  result.test_accuracy = evaluator.test_accuracy();
   sink({}, true);
   return result;
 }

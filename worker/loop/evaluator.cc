@@ -66,10 +66,22 @@ void ReportTestScore(const TestScore& score, const MetricStamp& stamp,
   sink(std::move(points), false);
 }
 
-Evaluator::Evaluator(std::shared_ptr<const Dataset> test,
-                     const MetricStamp* stamp, MetricSink sink,
-                     EvaluatorOptions options, int64_t start_clock)
-    : test_(std::move(test)),
+TestScorer IdxTestScorer(std::shared_ptr<const Dataset> test,
+                         int64_t eval_examples) {
+  if (test == nullptr) return nullptr;
+  return [test = std::move(test), eval_examples](
+             TrainableModel* model, int64_t) -> absl::StatusOr<TestScore> {
+    const int64_t n = eval_examples > 0
+                          ? std::min<int64_t>(eval_examples, test->num_examples)
+                          : test->num_examples;
+    return ScoreOnTestSet(model, *test, n);
+  };
+}
+
+Evaluator::Evaluator(TestScorer scorer, const MetricStamp* stamp,
+                     MetricSink sink, EvaluatorOptions options,
+                     int64_t start_clock)
+    : scorer_(std::move(scorer)),
       stamp_(stamp),
       sink_(std::move(sink)),
       options_(std::move(options)),
@@ -85,12 +97,8 @@ absl::Status Evaluator::EvaluateDue(TrainableModel* model, int64_t clock) {
 
 absl::Status Evaluator::Evaluate(TrainableModel* model, int64_t step,
                                  bool final_model) {
-  if (!IsEvaluator() || test_ == nullptr) return absl::OkStatus();
-  const int64_t n =
-      options_.eval_examples > 0
-          ? std::min<int64_t>(options_.eval_examples, test_->num_examples)
-          : test_->num_examples;
-  PS_ASSIGN_OR_RETURN(const TestScore score, ScoreOnTestSet(model, *test_, n));
+  if (!IsEvaluator() || scorer_ == nullptr) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(const TestScore score, scorer_(model, step));
   test_accuracy_ = score.accuracy;
   ReportTestScore(score, *stamp_, sink_, step, final_model);
   return absl::OkStatus();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -91,9 +92,9 @@ class EvaluatorTest : public testing::Test {
                  int64_t examples, int64_t start_clock) {
     EvaluatorOptions o;
     o.eval_every_steps = every;
-    o.eval_examples = examples;
     o.is_evaluator = [this] { return evaluator_; };
-    return Evaluator(std::move(test), &stamp_, sent_.Sink(), o, start_clock);
+    return Evaluator(IdxTestScorer(std::move(test), examples), &stamp_,
+                     sent_.Sink(), o, start_clock);
   }
   FakeClock clock_;
   MetricStamp stamp_{&clock_, 100};
@@ -232,6 +233,49 @@ TEST_F(EvaluatorTest, TheModelsErrorsReturnAndNothingIsReported) {
   EXPECT_EQ(e.test_accuracy(), -1);
   // Still due: the evaluation did not happen.
   EXPECT_TRUE(e.Due(100));
+}
+
+}  // namespace
+}  // namespace ps::worker
+
+namespace ps::worker {
+namespace {
+
+// The scorer is the loop's: called with the step, its score reported; no
+// scorer, nothing scored.
+TEST(EvaluatorScorer, ScoresWithTheLoopsScorer) {
+  FakeClock clock;
+  MetricStamp stamp(&clock, 100);
+  std::vector<std::string> names;
+  MetricSink sink = [&names](std::vector<MetricPoint> p, bool) {
+    for (const MetricPoint& m : p) names.push_back(m.name());
+  };
+  EvaluatorOptions o;
+  o.eval_every_steps = 10;
+  o.is_evaluator = [] { return true; };
+  std::vector<int64_t> asked;
+  Evaluator e(
+      [&asked](TrainableModel*, int64_t step) -> absl::StatusOr<TestScore> {
+        asked.push_back(step);
+        TestScore s;
+        s.head = HeadSpec::MEAN_SQUARED_ERROR;
+        s.rmse = 0.5;
+        return s;
+      },
+      &stamp, sink, o, 3);
+  EXPECT_TRUE(e.scores());
+  EXPECT_FALSE(e.Due(9));
+  ASSERT_TRUE(e.Due(10));
+  ASSERT_TRUE(e.EvaluateDue(nullptr, 12).ok());
+  EXPECT_FALSE(e.Due(19));
+  EXPECT_TRUE(e.Due(20));
+  EXPECT_EQ(asked, (std::vector<int64_t>{12}));
+  EXPECT_NE(std::find(names.begin(), names.end(), "test_rmse"), names.end());
+
+  Evaluator none(nullptr, &stamp, sink, o, 0);
+  EXPECT_FALSE(none.scores());
+  EXPECT_TRUE(none.Evaluate(nullptr, 5, true).ok());
+  EXPECT_EQ(asked.size(), 1u);
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "worker/loop/plan_batches.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace ps::worker {
@@ -38,6 +41,16 @@ absl::StatusOr<PlannedBatch> PlanBatchAt(const WorkerPlan& plan, int64_t clock,
   return absl::OutOfRangeError(absl::StrCat(
       "clock ", clock, " is outside the data plan (steps ", plan.start, " to ",
       PlanEnd(plan.start, plan.segments, shard_steps), ")"));
+}
+
+int64_t LivePlan::End() {
+  if (current_) plan_ = current_();
+  return PlanEnd(plan_.start, plan_.segments, shape_.total_steps);
+}
+
+absl::StatusOr<PlannedBatch> LivePlan::BatchAt(int64_t clock) const {
+  return PlanBatchAt(plan_, std::max(clock, plan_.start), shape_.total_steps,
+                     shape_.steps_per_epoch);
 }
 
 }  // namespace ps::worker

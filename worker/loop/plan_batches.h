@@ -9,6 +9,7 @@
 #define PS_WORKER_LOOP_PLAN_BATCHES_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/statusor.h"
 #include "common/spec/data_plan.h"
@@ -41,6 +42,38 @@ struct PlannedBatch {
 absl::StatusOr<PlannedBatch> PlanBatchAt(const WorkerPlan& plan, int64_t clock,
                                          int64_t shard_steps,
                                          int64_t steps_per_epoch);
+
+// A job's data shape as a worker derives it from its data (the same on
+// every worker): full batches per epoch of a data shard, and the steps of
+// each data shard (data.max_steps, else epochs x steps_per_epoch).
+struct DataShape {
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+};
+
+// A worker's plan while it trains, for both loops: read again (from
+// `current`, when set) by End(), before every step, since it may grow (a
+// survivor takes on a leaver's batches) or shrink (a rejoining worker takes
+// its data shard back). Not thread-safe.
+class LivePlan {
+ public:
+  LivePlan(const WorkerAssignment& a, std::function<WorkerPlan()> current,
+           DataShape shape)
+      : plan_(PlanOf(a)), current_(std::move(current)), shape_(shape) {}
+
+  // The clock after the plan's last batch, the plan read again first.
+  int64_t End();
+  // The batch of `clock` (PlanBatchAt). A clock before the plan's start (a
+  // BSP worker that joined at the shards' step, below the start its
+  // assignment named) trains the plan's first batch, which its start
+  // trains again: the plan still ends where the others' do.
+  absl::StatusOr<PlannedBatch> BatchAt(int64_t clock) const;
+
+ private:
+  WorkerPlan plan_;
+  const std::function<WorkerPlan()> current_;
+  const DataShape shape_;
+};
 
 }  // namespace ps::worker
 

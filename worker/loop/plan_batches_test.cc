@@ -87,3 +87,39 @@ TEST(PlanBatches, TheCoordinatorsCutAndTheWorkersReadingAgree) {
 
 }  // namespace
 }  // namespace ps::worker
+
+namespace ps::worker {
+namespace {
+
+// The plan read again at every End(): it grows and shrinks under a running
+// loop; a clock before its start trains its first batch.
+TEST(LivePlan, FollowsThePlanAsItChanges) {
+  WorkerAssignment a;
+  a.set_plan_start(10);
+  *a.add_plan() = Seg(1, 0, 5);  // clocks 10-14
+  WorkerPlan now = PlanOf(a);
+  LivePlan plan(a, [&now] { return now; },
+                {.steps_per_epoch = 20, .total_steps = 100});
+  EXPECT_EQ(plan.End(), 15);
+  absl::StatusOr<PlannedBatch> b = plan.BatchAt(7);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(std::make_tuple(b->data_shard, b->batch), std::make_tuple(1, 0));
+  EXPECT_EQ(plan.BatchAt(12)->batch, 2);
+  EXPECT_EQ(plan.BatchAt(15).status().code(), absl::StatusCode::kOutOfRange);
+  // A leaver's batches appended.
+  *now.segments.Add() = Seg(0, 3, 5);
+  EXPECT_EQ(plan.End(), 17);
+  EXPECT_EQ(
+      std::make_tuple(plan.BatchAt(16)->data_shard, plan.BatchAt(16)->batch),
+      std::make_tuple(0, 4));
+  // A rejoining worker took shard 1 back after batch 2.
+  now.segments.Clear();
+  *now.segments.Add() = Seg(1, 0, 2);
+  EXPECT_EQ(plan.End(), 12);
+  // Without a source the assignment's plan stays.
+  LivePlan fixed(a, nullptr, {.steps_per_epoch = 20, .total_steps = 100});
+  EXPECT_EQ(fixed.End(), 15);
+}
+
+}  // namespace
+}  // namespace ps::worker

@@ -18,15 +18,10 @@
 namespace ps::worker {
 namespace {
 
-struct StepBudget {
-  int64_t steps_per_epoch = 0;
-  int64_t total_steps = 0;
-};
-
-absl::StatusOr<StepBudget> BudgetFor(const JobSpec& spec,
-                                     int64_t train_examples, int num_shards) {
+absl::StatusOr<DataShape> BudgetFor(const JobSpec& spec, int64_t train_examples,
+                                    int num_shards) {
   const int batch = spec.data().batch_size();
-  StepBudget b;
+  DataShape b;
   b.steps_per_epoch = StepsPerEpoch(train_examples, num_shards, batch);
   b.total_steps = TotalSteps(spec, train_examples, num_shards);
   if (b.steps_per_epoch < 1 || b.total_steps < 1) {
@@ -45,13 +40,11 @@ absl::StatusOr<StepBudget> BudgetFor(const JobSpec& spec,
 class BatchSource {
  public:
   BatchSource(const WorkerAssignment& a, std::shared_ptr<const Dataset> train,
-              int num_shards, StepBudget budget,
+              int num_shards, DataShape budget,
               std::function<WorkerPlan()> current_plan)
       : train_(std::move(train)),
         num_shards_(num_shards),
-        budget_(budget),
-        plan_(PlanOf(a)),
-        current_plan_(std::move(current_plan)) {
+        plan_(a, std::move(current_plan), budget) {
     options_.batch_size = a.spec().data().batch_size();
     options_.seed = a.spec().data().shuffle_seed();
     options_.assignment.num_shards = num_shards;
@@ -59,20 +52,11 @@ class BatchSource {
   }
 
   // The clock after the plan's last batch, as the plan is now.
-  int64_t End() {
-    if (current_plan_) plan_ = current_plan_();
-    return PlanEnd(plan_.start, plan_.segments, budget_.total_steps);
-  }
+  int64_t End() { return plan_.End(); }
 
-  // A clock before the plan's start (a BSP worker that joined at the
-  // shards' step, below the start its assignment named) trains the plan's
-  // first batch, which its start trains again: the plan still ends where
-  // the others' do.
+  // The batch of `clock` (LivePlan::BatchAt).
   absl::StatusOr<Batch> Next(int64_t clock, absl::Duration timeout) {
-    PS_ASSIGN_OR_RETURN(
-        const PlannedBatch want,
-        PlanBatchAt(plan_, std::max(clock, plan_.start), budget_.total_steps,
-                    budget_.steps_per_epoch));
+    PS_ASSIGN_OR_RETURN(const PlannedBatch want, plan_.BatchAt(clock));
     for (int attempt = 0;; ++attempt) {
       if (prefetcher_ == nullptr || shard_ != want.data_shard) {
         PS_RETURN_IF_ERROR(StartAt(want));
@@ -110,10 +94,8 @@ class BatchSource {
 
   std::shared_ptr<const Dataset> train_;
   int num_shards_;
-  StepBudget budget_;
   PrefetcherOptions options_;
-  WorkerPlan plan_;
-  std::function<WorkerPlan()> current_plan_;
+  LivePlan plan_;
   std::unique_ptr<BatchPrefetcher> prefetcher_;
   int shard_ = -1;
 };
@@ -127,20 +109,6 @@ StepPipelineOptions PipelineOptionsFor(const WorkerAssignment& a,
   o.start_clock = a.start_step();
   o.total_steps = total_steps;
   o.slowdown = SlowdownFor(a.spec(), a.rank());
-  return o;
-}
-
-EvaluatorOptions EvaluatorOptionsFor(const WorkerAssignment& a,
-                                     int64_t steps_per_epoch,
-                                     const TrainerOptions& options) {
-  const DataSpec& d = a.spec().data();
-  EvaluatorOptions o;
-  o.eval_every_steps = d.eval_every_steps() > 0
-                           ? d.eval_every_steps()
-                           : static_cast<int>(steps_per_epoch);
-  o.eval_examples = d.eval_examples();
-  o.is_evaluator = options.is_evaluator;
-  if (!o.is_evaluator) o.is_evaluator = [&a] { return a.evaluator(); };
   return o;
 }
 
@@ -159,6 +127,19 @@ bool AwaitOthersDone(const TrainerOptions& options,
     absl::SleepFor(absl::Milliseconds(20));
   }
   return true;
+}
+
+EvaluatorOptions EvaluatorOptionsFor(const WorkerAssignment& a,
+                                     int64_t steps_per_epoch,
+                                     const TrainerOptions& options) {
+  const DataSpec& d = a.spec().data();
+  EvaluatorOptions o;
+  o.eval_every_steps = d.eval_every_steps() > 0
+                           ? d.eval_every_steps()
+                           : static_cast<int>(steps_per_epoch);
+  o.is_evaluator = options.is_evaluator;
+  if (!o.is_evaluator) o.is_evaluator = [&a] { return a.evaluator(); };
+  return o;
 }
 
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,
@@ -190,7 +171,7 @@ absl::StatusOr<TrainResult> Train(
       std::unique_ptr<TrainableModel> model,
       model::CreateLayerModel(spec.model(), train->example_size(), backend));
   const int num_shards = std::max(1, a.num_data_shards());
-  PS_ASSIGN_OR_RETURN(const StepBudget budget,
+  PS_ASSIGN_OR_RETURN(const DataShape budget,
                       BudgetFor(spec, train->num_examples, num_shards));
   if (options.on_data_shape) {
     options.on_data_shape(budget.total_steps, budget.steps_per_epoch);
@@ -206,7 +187,8 @@ absl::StatusOr<TrainResult> Train(
   PS_RETURN_IF_ERROR(pipeline->Join());
   const Clock* const clock = Clock::Real();
   const MetricStamp stamp(clock, budget.steps_per_epoch);
-  Evaluator evaluator(test, &stamp, sink,
+  Evaluator evaluator(IdxTestScorer(test, spec.data().eval_examples()), &stamp,
+                      sink,
                       EvaluatorOptionsFor(a, budget.steps_per_epoch, options),
                       pipeline->clock());
   MetricWindow window(&stamp, clock,
@@ -272,7 +254,7 @@ absl::StatusOr<TrainResult> Train(
   }
   PS_RETURN_IF_ERROR(pipeline->Drain());
   // Final evaluation on the final weights, once every worker's are in.
-  if (evaluator.IsEvaluator()) {
+  if (evaluator.scores()) {
     const bool final_model = AwaitOthersDone(options, stop);
     PS_RETURN_IF_ERROR(pipeline->PullWeights());
     PS_RETURN_IF_ERROR(

@@ -20,6 +20,7 @@
 #include "proto/coordinator_service.pb.h"
 #include "worker/client/parameter_access.h"
 #include "worker/data/dataset.h"
+#include "worker/loop/evaluator.h"
 #include "worker/loop/metric_window.h"
 #include "worker/loop/plan_batches.h"
 
@@ -83,6 +84,13 @@ absl::StatusOr<TrainResult> Train(
 // options.final_evaluation_wait or until `stop`.
 bool AwaitOthersDone(const TrainerOptions& options,
                      const std::atomic<bool>* stop);
+
+// The evaluation cadence of `a` (data.eval_every_steps, else once an
+// epoch of `steps_per_epoch`) and the role as options.is_evaluator tells
+// it (unset: the assignment's flag; `a` must outlive the result).
+EvaluatorOptions EvaluatorOptionsFor(const WorkerAssignment& a,
+                                     int64_t steps_per_epoch,
+                                     const TrainerOptions& options);
 
 // Steps each worker runs for the job (the same on every worker).
 int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,
