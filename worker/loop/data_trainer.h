@@ -37,7 +37,7 @@
 #include "worker/client/parameter_access.h"
 #include "worker/loop/evaluator.h"
 #include "worker/loop/plan_batches.h"
-#include "worker/loop/trainer.h"
+#include "worker/loop/train_options.h"
 #include "worker/model/trainable_model.h"
 
 namespace ps::worker {
