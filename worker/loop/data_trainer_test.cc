@@ -15,36 +15,13 @@
 #include "worker/loop/plan_batches.h"
 #include "worker/loop/trainer.h"
 #include "worker/model/layer_model.h"
+#include "worker/model/model_test_util.h"
 
 namespace ps::worker {
 namespace {
 
 using data::testing::TempPath;
 using data::testing::WriteFile;
-
-// Matrix factorization: rating = <u, v> + bias.
-constexpr char kMfModel[] = R"pb(
-  sparse_tables { name: "users" dim: 4 }
-  sparse_tables { name: "items" dim: 4 }
-  inputs { name: "user" }
-  inputs { name: "item" }
-  layers {
-    name: "u"
-    inputs: "user"
-    embedding_bag { table: "users" }
-  }
-  layers {
-    name: "v"
-    inputs: "item"
-    embedding_bag { table: "items" }
-  }
-  layers {
-    name: "mf"
-    inputs: [ "u", "v" ]
-    dot {}
-  }
-  head { loss: MEAN_SQUARED_ERROR }
-)pb";
 
 // Ratings of a rank-1 model: 3 + 1.5 s(u) s(i), s = +-1 by parity, over
 // 20 users and 20 items, in a fixed pseudo-random order.
@@ -74,7 +51,7 @@ Job MfJob(const std::string& train, const std::string& test,
   a.set_command(WorkerAssignment::TRAIN);
   JobSpec* spec = a.mutable_spec();
   EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
-      kMfModel, spec->mutable_model()));
+      model::kMfModelSpec, spec->mutable_model()));
   DataSpec* d = spec->mutable_data();
   d->set_format(DataSpec::MOVIELENS);
   d->add_train_files(train);

@@ -16,35 +16,12 @@
 #include "worker/client/local_parameter_access.h"
 #include "worker/client/parameter_access.h"
 #include "worker/model/layer_model.h"
+#include "worker/model/model_test_util.h"
 
 namespace ps::worker {
 namespace {
 
 using client::LocalParameterAccess;
-
-// Matrix factorization: rating = <user row, item row> + a global bias.
-constexpr char kMf[] = R"pb(
-  sparse_tables { name: "users" dim: 4 }
-  sparse_tables { name: "items" dim: 4 }
-  inputs { name: "user" }
-  inputs { name: "item" }
-  layers {
-    name: "u"
-    inputs: "user"
-    embedding_bag { table: "users" }
-  }
-  layers {
-    name: "v"
-    inputs: "item"
-    embedding_bag { table: "items" }
-  }
-  layers {
-    name: "r"
-    inputs: [ "u", "v" ]
-    dot {}
-  }
-  head { loss: MEAN_SQUARED_ERROR }
-)pb";
 
 constexpr int kUsers = 16;
 constexpr int kItems = 16;
@@ -87,7 +64,8 @@ class Ratings {
 
 TEST(SparseStep, MatrixFactorizationLearnsThroughTheSeam) {
   ModelSpec spec;
-  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(kMf, &spec));
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(model::kMfModelSpec,
+                                                            &spec));
   auto backend = kernels::CreateCpuBackend({});
   ASSERT_TRUE(backend.ok());
   auto model = model::CreateLayerModel(spec, 0, backend->get());
@@ -117,7 +95,8 @@ TEST(SparseStep, MatrixFactorizationLearnsThroughTheSeam) {
 
 TEST(SparseStep, ErrorsOfTheAccessReturn) {
   ModelSpec spec;
-  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(kMf, &spec));
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(model::kMfModelSpec,
+                                                            &spec));
   auto backend = kernels::CreateCpuBackend({});
   ASSERT_TRUE(backend.ok());
   auto model = model::CreateLayerModel(spec, 0, backend->get());
@@ -132,7 +111,8 @@ TEST(SparseStep, ErrorsOfTheAccessReturn) {
 
 std::unique_ptr<TrainableModel> MfModel(kernels::Backend* backend) {
   ModelSpec spec;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(kMf, &spec));
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(model::kMfModelSpec,
+                                                            &spec));
   auto model = model::CreateLayerModel(spec, 0, backend);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;

@@ -15,6 +15,31 @@
 
 namespace ps::worker::model {
 
+// Matrix factorization over two sparse tables (ModelSpec text): rating =
+// <user row, item row>, dim 4, squared error.
+inline constexpr char kMfModelSpec[] = R"pb(
+  sparse_tables { name: "users" dim: 4 }
+  sparse_tables { name: "items" dim: 4 }
+  inputs { name: "user" }
+  inputs { name: "item" }
+  layers {
+    name: "u"
+    inputs: "user"
+    embedding_bag { table: "users" }
+  }
+  layers {
+    name: "v"
+    inputs: "item"
+    embedding_bag { table: "items" }
+  }
+  layers {
+    name: "mf"
+    inputs: [ "u", "v" ]
+    dot {}
+  }
+  head { loss: MEAN_SQUARED_ERROR }
+)pb";
+
 // A ModelSpec from its text format (fails the test on a parse error).
 ModelSpec SpecFromText(const std::string& text);
 
