@@ -20,6 +20,8 @@ packages=(
   libcpp-httplib-dev nlohmann-json3-dev  # the coordinator's dashboard
   libjs-chart.js             # its charts (/usr/share/javascript/chart.js)
   chromium                   # the dashboard's browser test
+  python3-dev pybind11-dev   # the Python package's native module
+  python3-numpy python3-torch python3-pytest  # the package and its tests
 )
 if [[ "${1:-}" == "--slurm" ]]; then
   packages+=(slurmctld slurmd slurm-client munge)

@@ -37,17 +37,21 @@ void AdagradRow(int dim, float lr, float scale, float wd, float eps,
 void AdamRow(int dim, float lr, float scale, const OptimizerSpec& s, uint32_t t,
              const float* g, float* w, float* m, float* v) {
   const float b1 = s.beta1(), b2 = s.beta2(), wd = s.weight_decay();
-  // The same arithmetic as the dense Adam (server/optimizer.cc), with the
-  // row's own step count.
-  const float c1 =
-      static_cast<float>(1.0 / (1.0 - std::pow(b1, static_cast<double>(t))));
-  const float c2 =
-      static_cast<float>(1.0 / (1.0 - std::pow(b2, static_cast<double>(t))));
+  // Lazy Adam as TensorFlow's LazyAdam and torch.optim.SparseAdam compute
+  // it, with the row's own step count: the bias corrections fold into the
+  // step size and epsilon is added to sqrt(v) uncorrected. (The dense Adam,
+  // server/shard/optimizer.cc, follows torch.optim.Adam: epsilon added to
+  // the corrected sqrt(v). The two differ only through epsilon.)
+  const double t_d = static_cast<double>(t);
+  const float step = static_cast<float>(
+      static_cast<double>(lr) *
+      std::sqrt(1.0 - std::pow(static_cast<double>(b2), t_d)) /
+      (1.0 - std::pow(static_cast<double>(b1), t_d)));
   for (int i = 0; i < dim; ++i) {
     const float gi = g[i] * scale + wd * w[i];
     m[i] = b1 * m[i] + (1.0f - b1) * gi;
     v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    w[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + s.epsilon());
+    w[i] -= step * (m[i] / (std::sqrt(v[i]) + s.epsilon()));
   }
 }
 

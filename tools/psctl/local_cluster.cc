@@ -301,9 +301,11 @@ absl::Status WaitForMembers(const LocalClusterOptions& o,
 }  // namespace
 
 absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
-  if (o.servers < 1 || o.workers < 1) {
+  // No ps_worker at all is a cluster for workers that join it themselves
+  // (Python workers: docs/python.md).
+  if (o.servers < 1 || o.workers < 0) {
     return absl::InvalidArgumentError(
-        "a cluster needs at least one server and one worker");
+        "a cluster needs at least one server (and --workers >= 0)");
   }
   for (const ProcessInfo& p : ClusterProcesses(o.run_dir)) {
     if (p.alive) {

@@ -583,7 +583,10 @@ std::vector<LocalCommand> AddClusterCommands(CLI::App& app, Flags& f) {
       "up", "Start a coordinator, N servers and M workers on this machine");
   up->add_option("--servers", f.up.servers, "Parameter-server shards")
       ->capture_default_str();
-  up->add_option("--workers", f.up.workers, "Workers")->capture_default_str();
+  up->add_option("--workers", f.up.workers,
+                 "ps_worker daemons (0: only workers that join by themselves, "
+                 "e.g. Python ones)")
+      ->capture_default_str();
   up->add_option("--device", f.up.device,
                  "Worker device: cpu, cuda or cuda:N (default: a GPU if one "
                  "works, else the CPU)");

@@ -1,0 +1,165 @@
+"""ps.torch: a PyTorch module's parameters held on the shards.
+
+    trainer = ps.torch.Trainer(job, model)          # dense parameters
+    bag = ps.torch.EmbeddingBag(trainer, "items")   # a sparse table
+    for step in trainer.steps():
+        x, y = batch_for(step.batch)
+        loss = loss_fn(model(bag(keys, offsets), x), y)
+        loss.backward()
+        step.loss = loss
+
+The module computes in torch as usual; its parameters are views of the
+session's weight arrays, so each step's weights arrive in them in place,
+and their gradients go to the shards when the loop body returns, where the
+job's optimizer applies them. An EmbeddingBag pulls the rows of its batch's
+unique keys and, in backward, pushes one summed gradient row per key. The
+native module does not link libtorch: tensors cross as numpy views.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ps._loader import native as _native
+from ps.session import Session
+
+
+def _ordered_parameters(job, module):
+    """The module's parameters in the job's tensor order: by name where the
+    job's tensors are named after them (model_spec's names), else in the
+    module's order; shapes must match element for element."""
+    named = dict(module.named_parameters())
+    names = [n for n, _ in job.tensors]
+    if all(n in named for n in names):
+        params = [named[n] for n in names]
+    else:
+        params = list(module.parameters())
+    if len(params) != len(job.tensors):
+        raise _native.InvalidArgument(
+            f"the module has {len(params)} parameters "
+            f"{list(named)}, the job has {len(job.tensors)} dense tensors "
+            f"{names}"
+        )
+    for p, (name, shape) in zip(params, job.tensors):
+        if list(p.shape) != list(shape) and p.numel() != int(np.prod(shape)):
+            raise _native.InvalidArgument(
+                f"tensor '{name}': the job has shape {list(shape)}, the "
+                f"module's parameter has {list(p.shape)}"
+            )
+        if p.dtype != torch.float32 or p.device.type != "cpu":
+            raise _native.InvalidArgument(
+                f"tensor '{name}': parameters must be float32 on the CPU, "
+                f"got {p.dtype} on {p.device}"
+            )
+        if not p.is_contiguous():
+            raise _native.InvalidArgument(f"tensor '{name}': not contiguous")
+    return params
+
+
+class Trainer:
+    """Steps of a torch module whose dense parameters live on the shards."""
+
+    def __init__(self, job, module=None, steps_per_epoch=None, report_every_steps=20):
+        self.job = job
+        self.module = module
+        self.params = [] if module is None else _ordered_parameters(job, module)
+        job.report_every_steps = report_every_steps
+        arrays = [p.detach().numpy() for p in self.params]
+        self.session = Session(
+            job,
+            arrays,
+            steps_per_epoch=steps_per_epoch,
+            report_every_steps=report_every_steps,
+        )
+        self.step = None
+
+    def steps(self):
+        """Yields a ps.Step per clock of the worker's plan; when the body
+        returns, the parameters' gradients (and the embedding bags' row
+        gradients) end the step and the next weights arrive."""
+        with torch.no_grad():
+            for p in self.params:
+                p.grad = None
+        for step in self.session.steps():
+            self.step = step
+            yield step
+            for i, p in enumerate(self.params):
+                if p.grad is not None:
+                    step.push_dense(i, p.grad.detach().contiguous().numpy())
+            if isinstance(step.loss, torch.Tensor):
+                step.loss = float(step.loss.detach())
+            self.step = None
+            for p in self.params:
+                p.grad = None
+
+    def finish(self, evaluate=None):
+        """Pulls the final weights into the module and ends this worker's
+        share (ps.Session.finish)."""
+        self.session.finish(evaluate)
+
+
+class _Rows(torch.autograd.Function):
+    """Identity on pulled rows whose backward pushes their gradient."""
+
+    @staticmethod
+    def forward(ctx, rows, step, table, keys):
+        ctx.step, ctx.table, ctx.keys = step, table, keys
+        return rows.view_as(rows)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.step.push_rows(ctx.table, ctx.keys, grad.detach().contiguous().numpy())
+        return None, None, None, None
+
+
+class EmbeddingBag(torch.nn.Module):
+    """torch.nn.EmbeddingBag over a sparse table of the job: forward pulls
+    the rows of the batch's unique keys, backward pushes their summed
+    gradients; the table's optimizer runs on the shards."""
+
+    def __init__(self, trainer, table, mode="sum"):
+        super().__init__()
+        if mode not in ("sum", "mean"):
+            raise ValueError(f"EmbeddingBag mode: 'sum' or 'mean', got {mode!r}")
+        self.trainer = trainer
+        self.table, self.dim = trainer.session._table(table)
+        self.mode = mode
+
+    def forward(self, keys, offsets=None, per_sample_weights=None):
+        step = self.trainer.step
+        if step is None:
+            raise RuntimeError("ps.torch.EmbeddingBag: call it inside trainer.steps()")
+        unique, inverse = torch.unique(keys, sorted=True, return_inverse=True)
+        unique_np = unique.numpy()
+        rows = torch.from_numpy(step.pull_rows(self.table, unique_np))
+        rows.requires_grad_(True)
+        rows = _Rows.apply(rows, step, self.table, unique_np)
+        return F.embedding_bag(
+            inverse,
+            rows,
+            offsets,
+            mode=self.mode,
+            per_sample_weights=per_sample_weights,
+        )
+
+
+def model_spec(module, tables=()):
+    """The `model { ... }` text of a job spec for `module`'s parameters
+    (named after them, with torch's default initialisation of Linear and
+    similar layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in))) and sparse tables
+    given as (name, dim) pairs: paste it into the job spec, or let
+    `psctl submit` fill it from the script."""
+    lines = ["model {"]
+    for name, p in module.named_parameters():
+        shape = list(p.shape)
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else None
+        owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
+        if fan_in is None and hasattr(owner, "weight") and owner.weight.dim() > 1:
+            fan_in = int(np.prod(list(owner.weight.shape)[1:]))
+        scale = 1.0 / np.sqrt(fan_in) if fan_in else 0.0
+        init = f"init {{ kind: UNIFORM scale: {scale:.9g} }}" if scale else "init { kind: ZEROS }"
+        lines.append(f'  tensors {{ name: "{name}" shape: {shape} {init} }}')
+    for name, dim in tables:
+        lines.append(f'  sparse_tables {{ name: "{name}" dim: {int(dim)} }}')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
