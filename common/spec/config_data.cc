@@ -148,6 +148,16 @@ void CheckDataFormat(const DataSpec& d, const ValidationOptions& options,
 void CheckModelInputs(const JobSpec& spec, Violations& v) {
   const DataSpec& d = spec.data();
   const ModelSpec& model = spec.model();
+  if (spec.has_python()) {
+    // The script computes the model: the spec holds its parameters only.
+    if (HasLayers(model) || model.has_mlp() || model.has_head()) {
+      v.Add({{"model"}},
+            "a Python job (python {}) computes its model in its script: "
+            "list only model.tensors and model.sparse_tables (the script's "
+            "ps.torch.model_spec prints them)");
+    }
+    return;
+  }
   const FormatFields fields = FieldsOf(d);
   if (!IsText(d)) {
     // A model of tables alone (no layers: the shards' tests and benchmarks

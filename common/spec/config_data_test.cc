@@ -140,6 +140,22 @@ TEST(ConfigData, EachRuleNamesItsField) {
   }
 }
 
+TEST(ConfigData, APythonJobListsOnlyItsParameters) {
+  const std::string params =
+      "python {} model { tensors { name: \"w\" shape: [4, 3] } "
+      "sparse_tables { name: \"items\" dim: 8 } } "
+      "optimizer { learning_rate: 0.1 } "
+      "data { format: CRITEO train_files: \"a.txt\" }";
+  EXPECT_TRUE(Check(params).ok()) << Check(params);
+  const absl::Status layers = Check(
+      "python {} model { mlp { input_dim: 13 num_classes: 2 } } "
+      "data { format: CRITEO train_files: \"a.txt\" }");
+  EXPECT_NE(layers.message().find("a Python job (python {}) computes its "
+                                  "model in its script"),
+            std::string::npos)
+      << layers;
+}
+
 TEST(ConfigData, TextFormatNeedsTrainFilesAndLayers) {
   const std::string no_files =
       absl::StrCat("model { mlp { input_dim: 13 num_classes: 2 } } ",

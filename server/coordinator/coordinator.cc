@@ -400,7 +400,16 @@ void CoordinatorImpl::Tick() {
       if (job->record.state() == RUNNING) {
         CheckRunningJob(table_, *job, membership_, now, liveness, &writes);
         if (job->record.state() == RUNNING) {
-          FillVacancies(table_, *job, &idle, &writes);
+          // Only workers of the job's kind (Python or not) fill it.
+          const std::vector<int64_t> fit =
+              WorkersFor(std::vector<int64_t>(idle.begin(), idle.end()),
+                         membership_, job->record.spec());
+          std::set<int64_t> candidates(fit.begin(), fit.end());
+          const std::set<int64_t> offered = candidates;
+          FillVacancies(table_, *job, &candidates, &writes);
+          for (int64_t id : offered) {
+            if (!candidates.count(id)) idle.erase(id);
+          }
         }
       }
       bool needs_shards = job->record.state() == RUNNING;

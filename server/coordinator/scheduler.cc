@@ -40,6 +40,19 @@ std::vector<int64_t> IdleWorkers(JobTable& table, const Membership& members,
   return idle;
 }
 
+std::vector<int64_t> WorkersFor(const std::vector<int64_t>& workers,
+                                const Membership& members,
+                                const JobSpec& spec) {
+  std::vector<int64_t> out;
+  for (int64_t id : workers) {
+    const std::optional<Member> m = members.Get(id);
+    if (m.has_value() && (m->device() == "python") == spec.has_python()) {
+      out.push_back(id);
+    }
+  }
+  return out;
+}
+
 bool RefusedForGood(const absl::Status& setup) {
   return absl::IsInvalidArgument(setup) || absl::IsUnimplemented(setup);
 }
@@ -54,8 +67,10 @@ std::optional<Scheduler::Start> Scheduler::Plan(WriteBatch* writes) {
   }
   if (next == nullptr) return std::nullopt;
   std::vector<Member> alive_servers = members_->Alive(SERVER);
-  std::vector<int64_t> idle = IdleWorkers(
-      *table_, *members_, table_->clock().NowMs(), heartbeat_interval_ms_);
+  std::vector<int64_t> idle =
+      WorkersFor(IdleWorkers(*table_, *members_, table_->clock().NowMs(),
+                             heartbeat_interval_ms_),
+                 *members_, next->record.spec());
   const int want = next->record.spec().num_workers() > 0
                        ? next->record.spec().num_workers()
                        : std::max<int>(1, static_cast<int>(idle.size()));

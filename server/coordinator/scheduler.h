@@ -36,6 +36,12 @@ bool Fresh(const Member& m, int64_t now, int64_t heartbeat_interval_ms);
 bool IsBusy(JobTable& table, int64_t member_id)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
 
+// Of `workers`, those that can train `spec`: Python workers (registered
+// with device "python", the ps package) take the jobs with `python {}`,
+// the other workers every other job.
+std::vector<int64_t> WorkersFor(const std::vector<int64_t>& workers,
+                                const Membership& members, const JobSpec& spec);
+
 // ALIVE workers, fresh and not busy, in member id order.
 std::vector<int64_t> IdleWorkers(JobTable& table, const Membership& members,
                                  int64_t now, int64_t heartbeat_interval_ms)

@@ -33,10 +33,12 @@ TEST(Scheduler, FreshMeansHeardWithinThreeIntervals) {
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  int64_t AddMember(MemberRole role, const std::string& address = "") {
+  int64_t AddMember(MemberRole role, const std::string& address = "",
+                    const std::string& device = "") {
     RegisterRequest r;
     r.set_role(role);
     r.set_address(address);
+    r.set_device(device);
     absl::StatusOr<Member> m = members_.Register(r);
     EXPECT_TRUE(m.ok()) << m.status();
     return m->member_id();
@@ -95,6 +97,18 @@ TEST_F(SchedulerTest, IdleWorkersAreAliveFreshAndFree) {
   EXPECT_EQ(Idle(), (std::vector<int64_t>{free, late}));
   clock_.AdvanceMs(2000);
   EXPECT_EQ(Idle(), std::vector<int64_t>{}) << "silent for > 3 intervals";
+}
+
+TEST_F(SchedulerTest, PythonJobsTakePythonWorkersAndOthersTheRest) {
+  const int64_t cpu = AddMember(WORKER, "", "cpu");
+  const int64_t python = AddMember(WORKER, "", "python");
+  const int64_t gpu = AddMember(WORKER, "", "cuda:0");
+  JobSpec plain;
+  JobSpec py;
+  py.mutable_python();
+  const std::vector<int64_t> all = {cpu, python, gpu, 99};  // 99: unknown
+  EXPECT_EQ(WorkersFor(all, members_, plain), (std::vector<int64_t>{cpu, gpu}));
+  EXPECT_EQ(WorkersFor(all, members_, py), std::vector<int64_t>{python});
 }
 
 TEST_F(SchedulerTest, TheOldestQueuedJobStartsOnEveryServer) {

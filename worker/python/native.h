@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "proto/coordinator_service.pb.h"
 #include "pybind11/pybind11.h"
 
 namespace ps::python {
@@ -35,12 +36,17 @@ inline void Check(const absl::Status& status) {
   if (!status.ok()) throw StatusError(status);
 }
 
+// The WorkerAssignment inside a ps._native.Assignment.
+const WorkerAssignment& AssignmentProto(const pybind11::handle& assignment);
+
 // Registers the exceptions and their translator.
 void BindErrors(pybind11::module_& m);
 // Worker (registration, heartbeats, metrics) and Assignment.
 void BindWorker(pybind11::module_& m);
 // Access (Pull, Push, EndStep over the shards) and Call.
 void BindAccess(pybind11::module_& m);
+// Data: the job's training and test data through the worker's readers.
+void BindData(pybind11::module_& m);
 
 }  // namespace ps::python
 

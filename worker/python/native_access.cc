@@ -23,8 +23,6 @@ namespace py = pybind11;
 
 namespace ps::python {
 
-const WorkerAssignment& AssignmentProto(const py::handle& assignment);
-
 namespace {
 
 using client::CallResult;

@@ -76,4 +76,5 @@ PYBIND11_MODULE(_native, m) {
   ps::python::BindErrors(m);
   ps::python::BindWorker(m);
   ps::python::BindAccess(m);
+  ps::python::BindData(m);
 }

@@ -8,6 +8,7 @@ Importing ps needs numpy only; ps.torch needs torch. docs/python.md.
 """
 
 from ps._loader import native as _native
+from ps.data import Data
 from ps.session import Session
 from ps.worker import Job, Worker
 
@@ -18,6 +19,7 @@ Unavailable = _native.Unavailable
 
 __all__ = [
     "Cancelled",
+    "Data",
     "Error",
     "InvalidArgument",
     "Job",

@@ -1,10 +1,10 @@
 """ps.torch: a PyTorch module's parameters held on the shards.
 
-    trainer = ps.torch.Trainer(job, model)          # dense parameters
-    bag = ps.torch.EmbeddingBag(trainer, "items")   # a sparse table
+    # model holds ps.torch.EmbeddingBag("items", 16) over a sparse table
+    trainer = ps.torch.Trainer(job, model)
     for step in trainer.steps():
-        x, y = batch_for(step.batch)
-        loss = loss_fn(model(bag(keys, offsets), x), y)
+        keys, offsets, x, y = batch_for(step.batch)
+        loss = loss_fn(model(keys, offsets, x), y)
         loss.backward()
         step.loss = loss
 
@@ -72,6 +72,10 @@ class Trainer:
             report_every_steps=report_every_steps,
         )
         self.step = None
+        if module is not None:
+            for m in module.modules():
+                if isinstance(m, EmbeddingBag):
+                    m._attach(self)
 
     def steps(self):
         """Yields a ps.Step per clock of the worker's plan; when the body
@@ -113,42 +117,72 @@ class _Rows(torch.autograd.Function):
 
 
 class EmbeddingBag(torch.nn.Module):
-    """torch.nn.EmbeddingBag over a sparse table of the job: forward pulls
-    the rows of the batch's unique keys, backward pushes their summed
-    gradients; the table's optimizer runs on the shards."""
+    """torch.nn.EmbeddingBag over sparse table `table` (rows of `dim`
+    floats) of the job: forward pulls the rows of the batch's unique keys,
+    backward pushes their summed gradients; the table's optimizer runs on
+    the shards. A Trainer over a module holding it connects it to the job
+    (and checks the table's dim); model_spec lists its table."""
 
-    def __init__(self, trainer, table, mode="sum"):
+    def __init__(self, table, dim, mode="sum", include_last_offset=False, spec=""):
+        """`mode` and `include_last_offset` as torch.nn.EmbeddingBag's
+        (True takes ps.Data's offsets, [size + 1], as they are); `spec`:
+        more of the table's spec for model_spec, e.g.
+        'init { kind: NORMAL scale: 0.01 }'."""
         super().__init__()
         if mode not in ("sum", "mean"):
             raise ValueError(f"EmbeddingBag mode: 'sum' or 'mean', got {mode!r}")
-        self.trainer = trainer
-        self.table, self.dim = trainer.session._table(table)
+        self.table = table
+        self.dim = int(dim)
         self.mode = mode
+        self.include_last_offset = include_last_offset
+        self.spec = spec
+        self._trainer = None
+        self._index = None
+
+    def _attach(self, trainer):
+        index, dim = trainer.session._table(self.table)
+        if dim != self.dim:
+            raise _native.InvalidArgument(
+                f"EmbeddingBag over '{self.table}': dim {self.dim}, the job's "
+                f"table has dim {dim}"
+            )
+        self._trainer, self._index = trainer, index
 
     def forward(self, keys, offsets=None, per_sample_weights=None):
-        step = self.trainer.step
-        if step is None:
-            raise RuntimeError("ps.torch.EmbeddingBag: call it inside trainer.steps()")
+        trainer = self._trainer
+        if trainer is None:
+            raise RuntimeError(
+                f"ps.torch.EmbeddingBag('{self.table}'): not connected to a "
+                "job; make a ps.torch.Trainer over its module first"
+            )
+        keys = torch.as_tensor(keys)
         unique, inverse = torch.unique(keys, sorted=True, return_inverse=True)
         unique_np = unique.numpy()
-        rows = torch.from_numpy(step.pull_rows(self.table, unique_np))
-        rows.requires_grad_(True)
-        rows = _Rows.apply(rows, step, self.table, unique_np)
+        step = trainer.step
+        if step is None:  # outside a step (evaluation): no gradient
+            rows = torch.from_numpy(trainer.session.pull_rows(self._index, unique_np))
+        else:
+            rows = torch.from_numpy(step.pull_rows(self._index, unique_np))
+            rows.requires_grad_(True)
+            rows = _Rows.apply(rows, step, self._index, unique_np)
+        if offsets is not None:
+            offsets = torch.as_tensor(offsets, dtype=torch.int64)
         return F.embedding_bag(
             inverse,
             rows,
             offsets,
             mode=self.mode,
             per_sample_weights=per_sample_weights,
+            include_last_offset=self.include_last_offset,
         )
 
 
 def model_spec(module, tables=()):
-    """The `model { ... }` text of a job spec for `module`'s parameters
+    """The `model { ... }` text of a job spec for `module`: its parameters
     (named after them, with torch's default initialisation of Linear and
-    similar layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in))) and sparse tables
-    given as (name, dim) pairs: paste it into the job spec, or let
-    `psctl submit` fill it from the script."""
+    similar layers: U(-1/sqrt(fan_in), 1/sqrt(fan_in))), the sparse tables
+    of its ps.torch.EmbeddingBag modules, and `tables`, more (name, dim)
+    pairs or full `sparse_tables { ... }` texts."""
     lines = ["model {"]
     for name, p in module.named_parameters():
         shape = list(p.shape)
@@ -159,7 +193,16 @@ def model_spec(module, tables=()):
         scale = 1.0 / np.sqrt(fan_in) if fan_in else 0.0
         init = f"init {{ kind: UNIFORM scale: {scale:.9g} }}" if scale else "init { kind: ZEROS }"
         lines.append(f'  tensors {{ name: "{name}" shape: {shape} {init} }}')
-    for name, dim in tables:
-        lines.append(f'  sparse_tables {{ name: "{name}" dim: {int(dim)} }}')
+    seen = set()
+    for m in module.modules():
+        if isinstance(m, EmbeddingBag) and m.table not in seen:
+            seen.add(m.table)
+            extra = f" {m.spec.strip()}" if m.spec.strip() else ""
+            lines.append(f'  sparse_tables {{ name: "{m.table}" dim: {m.dim}{extra} }}')
+    for t in tables:
+        if isinstance(t, str):
+            lines.append("  " + t.strip())
+        else:
+            lines.append(f'  sparse_tables {{ name: "{t[0]}" dim: {int(t[1])} }}')
     lines.append("}")
     return "\n".join(lines) + "\n"

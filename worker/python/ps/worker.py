@@ -13,9 +13,11 @@ clock; test_* from job.report_eval), so psctl status, compare, explain and
 events read it as any other worker's.
 """
 
+import atexit
 import os
 import threading
 import time
+import traceback
 
 from ps._loader import native as _native
 
@@ -81,6 +83,9 @@ class Worker:
         )
         self._seen = _native.Assignment()
         self._finished = ("", 0, 0)  # job id, membership epoch, incarnation
+        # Stopped before the interpreter goes: its threads must not outlive
+        # Python.
+        atexit.register(self.close)
 
     @property
     def member_id(self):
@@ -147,10 +152,29 @@ class Job:
         self._stale = [0.0, 0]
         self.report_every_steps = 20
         self._watching = True
+        self._over = False
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
+        atexit.register(self._stop_watching)
         worker._native.set_data_shape(0, 0)
         worker._native.set_progress(self.id, self.start_step, self.incarnation)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        """An exception out of the block fails the job with its message
+        (psctl events shows it) instead of leaving the coordinator to notice
+        the silence; a block that ends without finish() closes the job."""
+        if exc_type is not None and not self._over and exc_type is not KeyboardInterrupt:
+            lines = traceback.format_exception_only(exc_type, exc)
+            try:
+                self.fail(f"Python worker: {''.join(lines).strip()}")
+            except _native.Error:
+                self.close()
+        elif not self._over:
+            self.close()
+        return False
 
     def __repr__(self):
         return (
@@ -273,13 +297,16 @@ class Job:
         may ask the evaluator for an evaluation of the final model:
         `evaluate()` (if given) is then called and returns the test_*
         values to report (e.g. {"test_auc": 0.79}), with final_model set."""
-        self._watching = False
+        # The watcher first: once the done mark is out, the assignment it
+        # would take is the coordinator's answer to it, which the loop below
+        # must see as a change.
+        self._stop_watching()
+        seen = self.assignment
+        epoch = seen.membership_epoch
         self._progress(clock)
         self._report_window(clock)
         self.worker._native.report(self.id, self.incarnation, [], True)
         self.worker._native.flush(30.0)
-        seen = self.assignment
-        epoch = seen.membership_epoch
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             seen = self.worker._native.wait_for_change(seen, 0.5)
@@ -316,8 +343,12 @@ class Job:
         self.worker._native.report_failure(self.id, str(message))
         self.close()
 
-    def close(self):
+    def _stop_watching(self):
         self._watching = False
         if self._watcher.is_alive() and threading.current_thread() is not self._watcher:
             self._watcher.join()
+
+    def close(self):
+        self._over = True
+        self._stop_watching()
         self.worker._native.set_progress("", 0, 0)

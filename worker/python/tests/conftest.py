@@ -29,21 +29,28 @@ def _bin_dir():
 
 
 class Cluster:
-    def __init__(self, servers):
+    def __init__(self, servers, join=True, workers=0):
         self.bin_dir = os.path.realpath(_bin_dir())
         self.psctl_path = os.path.join(self.bin_dir, "tools", "psctl", "psctl")
         self.tmp = tempfile.mkdtemp(prefix="ps-py-", dir=os.environ.get("TEST_TMPDIR"))
         self.run_dir = os.path.join(self.tmp, "cluster")
         self.psctl(
-            "cluster", "up", "--servers", str(servers), "--workers", "0",
-            "--bin_dir", self.bin_dir,
+            "cluster", "up", "--servers", str(servers), "--workers", str(workers),
+            "--device", "cpu", "--bin_dir", self.bin_dir,
             "--coordinator_flag=--heartbeat_interval_ms=200",
         )
-        self.worker = ps.Worker(
-            coordinator_file=os.path.join(self.run_dir, "coordinator.addr"),
-            token_file=os.path.join(self.run_dir, "token"),
-            heartbeat_s=0.2,
+        self.env = dict(
+            os.environ,
+            PS_COORDINATOR_FILE=os.path.join(self.run_dir, "coordinator.addr"),
+            PS_TOKEN_FILE=os.path.join(self.run_dir, "token"),
         )
+        self.worker = None
+        if join:  # this process as the cluster's worker
+            self.worker = ps.Worker(
+                coordinator_file=self.env["PS_COORDINATOR_FILE"],
+                token_file=self.env["PS_TOKEN_FILE"],
+                heartbeat_s=0.2,
+            )
 
     def psctl(self, *args, check=True):
         r = subprocess.run(
@@ -85,7 +92,8 @@ class Cluster:
         return "\n".join(out)
 
     def down(self):
-        self.worker.close()
+        if self.worker is not None:
+            self.worker.close()
         self.psctl("cluster", "down", check=False)
 
 

@@ -1,6 +1,8 @@
 """Bad input gets a clear exception with the reason and changes nothing on
 the shards."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,7 @@ import ps
 
 SPEC = """
 name: "py-errors"
+python {}
 model {
   tensors { name: "w" shape: [4, 3] init { kind: CONSTANT value: 0.5 } }
   sparse_tables { name: "items" dim: 4 }
@@ -65,3 +68,30 @@ def test_missing_coordinator_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("PS_COORDINATOR_FILE", raising=False)
     with pytest.raises(ValueError, match="no coordinator"):
         ps.Worker()
+
+
+def test_an_exception_in_a_worker_fails_the_job_with_it():
+    import subprocess
+    import sys
+
+    from conftest import HERE, Cluster
+
+    cluster = Cluster(servers=1, join=False)
+    try:
+        script = (
+            "import ps\n"
+            "with ps.Worker() as worker, worker.wait_for_job() as job:\n"
+            "    raise RuntimeError('shapes do not fit: 3 != 4')\n"
+        )
+        env = dict(cluster.env, PYTHONPATH=os.path.dirname(HERE))
+        w = subprocess.Popen([sys.executable, "-c", script], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        job_id = cluster.submit(SPEC)
+        assert cluster.wait_state(job_id, timeout_s=30) == "FAILED", cluster.logs()
+        out = w.communicate(timeout=30)[0]
+        assert w.returncode != 0, out
+        assert "terminate called" not in out, out
+        events = cluster.psctl("events", job_id).stdout
+        assert "RuntimeError: shapes do not fit: 3 != 4" in events, events
+    finally:
+        cluster.down()

@@ -22,6 +22,7 @@ TOL = 1e-5
 def table_spec(name, optimizer):
     return f"""
 name: "{name}"
+python {{}}
 model {{ sparse_tables {{ name: "items" dim: {DIM} optimizer {{ {optimizer} }} }} }}
 optimizer {{ kind: SGD learning_rate: 0.1 }}
 consistency {{ model: BSP }}
@@ -79,8 +80,8 @@ def test_embedding_bag_matches_torch(cluster, name, optimizer, mode, every_key, 
     all_keys = np.arange(KEYS)
 
     def train(job):
-        trainer = ps.torch.Trainer(job)
-        bag = ps.torch.EmbeddingBag(trainer, "items", mode=mode)
+        bag = ps.torch.EmbeddingBag("items", DIM, mode=mode)
+        trainer = ps.torch.Trainer(job, bag)
         initial = trainer.session.pull_rows("items", all_keys)
         for step in trainer.steps():
             keys, offsets, y = bag_batch(step.clock, every_key)
@@ -132,6 +133,7 @@ def test_dense_mlp_matches_torch(cluster, name, optimizer, reference):
     model = mlp()
     spec = f"""
 name: "py-mlp-{name}"
+python {{}}
 {ps.torch.model_spec(model)}
 optimizer {{ {optimizer} }}
 consistency {{ model: BSP }}
