@@ -325,10 +325,20 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
   ao.retry_deadline = absl::Seconds(absl::GetFlag(FLAGS_server_retry_s));
   ao.wait_spin = absl::Microseconds(absl::GetFlag(FLAGS_wait_spin_us));
   ao.stop = &control.stop;
+  // This assignment's compressed pushes (JobSpec.compression), reported
+  // with the training metrics; declared before the access that counts.
+  client::CompressionCounters compression;
+  client::CompressionReport compression_report(&compression);
+  ao.compression_counters = &compression;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<client::ParameterAccess> access,
                       client::CreatePsAccess(job, ao));
   TrainerOptions to;
   to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
+  if (job.spec().compression().kind() != CompressionSpec::NONE) {
+    to.report_extra = [&compression_report] {
+      return compression_report.Points();
+    };
+  }
   to.is_evaluator = [&control] { return control.evaluator.load(); };
   to.others_done = [&control] { return control.others_done.load(); };
   CoordinatorLink* l = w.link.get();

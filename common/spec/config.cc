@@ -306,6 +306,45 @@ void CheckTarget(const JobSpec& spec, Violations& v) {
   }
 }
 
+// Top-k goes with any wire dtype (fp16/bf16 narrow the values sent; the
+// error feedback keeps fp32, only the rounding of what is sent is lost).
+// Top-k with error feedback applies under every consistency model: the
+// residual is the worker's own, so BSP, ASP and SSP differ only in when
+// the sent part lands (as for an uncompressed gradient); a push the shards
+// drop or refuse (a backup worker's, one too stale) loses its sent part as
+// it would lose a dense one.
+void CheckCompression(const CompressionSpec& c, Violations& v) {
+  switch (c.wire_dtype()) {
+    case DTYPE_UNSPECIFIED:
+    case FLOAT32:
+    case FLOAT16:
+    case BFLOAT16:
+      break;
+    default:
+      v.Add({{"compression"}, {"wire_dtype"}},
+            absl::StrCat("unknown dtype ", static_cast<int>(c.wire_dtype())));
+  }
+  switch (c.kind()) {
+    case CompressionSpec::NONE:
+      if (c.ratio() != 0) {
+        v.Add({{"compression"}, {"ratio"}},
+              "only applies to kind TOPK (the kind is NONE)");
+      }
+      return;
+    case CompressionSpec::TOPK:
+      if (!(c.ratio() > 0 && c.ratio() <= 1)) {
+        v.Add({{"compression"}, {"ratio"}},
+              absl::StrCat("TOPK: the share of each chunk's elements sent "
+                           "must be in (0, 1], got ",
+                           c.ratio()));
+      }
+      return;
+    default:
+      v.Add({{"compression"}, {"kind"}},
+            absl::StrCat("unknown kind ", static_cast<int>(c.kind())));
+  }
+}
+
 void CheckJob(const JobSpec& spec, const ValidationOptions& options,
               Violations& v) {
   CheckModel(spec, v);
@@ -359,6 +398,7 @@ void CheckJob(const JobSpec& spec, const ValidationOptions& options,
           absl::StrCat("must be in [0, 1], got ", spec.target_accuracy()));
   }
   CheckTarget(spec, v);
+  CheckCompression(spec.compression(), v);
 }
 
 template <typename Message>

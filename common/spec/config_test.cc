@@ -41,7 +41,8 @@ TEST(Config, ShippedExamplesLoadAndValidate) {
                            "configs/fashion_mnist_bsp_backup.pbtxt",
                            "configs/fashion_mnist_asp.pbtxt",
                            "configs/fashion_mnist_asp_overlap.pbtxt",
-                           "configs/fashion_mnist_ssp3.pbtxt"}) {
+                           "configs/fashion_mnist_ssp3.pbtxt",
+                           "configs/fashion_mnist_bsp_topk.pbtxt"}) {
     // The dataset is installed by tools/setup.sh, so check its files too.
     auto spec = LoadJobSpec(name);
     ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
@@ -164,6 +165,60 @@ TEST(Config, EachRuleNamesItsField) {
         << "\ngot:  " << spec.status().message();
   }
   EXPECT_TRUE(ParseJobSpec(kGoodJob, "job.pbtxt", NoFiles()).ok());
+}
+
+TEST(Config, CompressionRulesNameTheirField) {
+  struct Case {
+    const char* edit;
+    const char* want;  // substring of the error; empty: valid
+  } cases[] = {
+      {"compression { kind: TOPK }",
+       "compression.ratio: TOPK: the share of each chunk's elements sent must "
+       "be in (0, 1], got 0"},
+      {"compression { kind: TOPK ratio: -0.1 }",
+       "compression.ratio: TOPK: the share"},
+      {"compression { kind: TOPK ratio: 1.5 }", "must be in (0, 1], got 1.5"},
+      {"compression { kind: TOPK ratio: nan }", "must be in (0, 1], got nan"},
+      {"compression { ratio: 0.1 }",
+       "compression.ratio: only applies to kind TOPK"},
+      {"compression { kind: 7 }", "compression.kind: unknown kind 7"},
+      {"compression { wire_dtype: 9 }",
+       "compression.wire_dtype: unknown dtype 9"},
+      {"compression { wire_dtype: FLOAT16 }", ""},
+      {"compression { kind: TOPK ratio: 0.1 wire_dtype: BFLOAT16 }", ""},
+      {"compression { kind: TOPK ratio: 0.1 }", ""},
+      {"compression { kind: TOPK ratio: 1 }", ""},
+      {"compression { kind: TOPK ratio: 0.01 } "
+       "consistency { model: ASP backup_workers: 0 }",
+       ""},
+      {"compression { kind: TOPK ratio: 0.01 } "
+       "consistency { model: SSP staleness: 2 backup_workers: 0 }",
+       ""},
+  };
+  for (const Case& c : cases) {
+    auto spec = ParseJobSpec(WithEdit(c.edit), "job.pbtxt", NoFiles());
+    if (*c.want == '\0') {
+      EXPECT_TRUE(spec.ok()) << c.edit << ": " << spec.status();
+      continue;
+    }
+    ASSERT_FALSE(spec.ok()) << c.edit;
+    EXPECT_NE(spec.status().message().find(c.want), std::string::npos)
+        << "edit: " << c.edit << "\nwant: " << c.want
+        << "\ngot:  " << spec.status().message();
+  }
+  // The line of the field.
+  auto spec = ParseJobSpec(
+      "model { mlp { input_dim: 4 num_classes: 2 } }\n"
+      "optimizer { learning_rate: 0.1 }\n"
+      "compression {\n"
+      "  kind: TOPK\n"
+      "  ratio: 2\n"
+      "}\n",
+      "job.pbtxt", NoFiles());
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("job.pbtxt:5: compression.ratio"),
+            std::string::npos)
+      << spec.status().message();
 }
 
 TEST(Config, SparseTableRulesNameTheirField) {

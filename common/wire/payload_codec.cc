@@ -101,6 +101,7 @@ size_t VarintSize(uint64_t v) {
 constexpr int kChunkIdField = 1;
 constexpr int kDTypeField = 2;
 constexpr int kNumElementsField = 3;
+constexpr int kIndicesField = 4;
 constexpr int kDataField = 15;
 
 // The fields of ChunkPayload before `data`, as protobuf writes them (proto3:
@@ -409,7 +410,8 @@ absl::Span<const uint64_t> AlignedKeys(
 }
 
 // The loop of every decoder: fields.chunks records go to on_chunk(view,
-// segments), fields.sparse records to on_sparse(view, key segments, row
+// segments, index segments; view.indices is null when they are not one
+// segment), fields.sparse records to on_sparse(view, key segments, row
 // segments), every other field to `header`. Templated so that the dense
 // path pays for no indirection it did not pay before.
 template <typename OnChunk, typename OnSparse>
@@ -421,7 +423,7 @@ absl::Status DecodeFields(const grpc::ByteBuffer& buffer, PayloadFields fields,
   if (!buffer.Dump(slices).ok()) return Malformed("unreadable buffer");
   SliceReader r(*slices);
   std::string rest;  // every other field, re-assembled for protobuf
-  std::vector<absl::string_view> segments, key_segments;
+  std::vector<absl::string_view> segments, key_segments, index_segments;
   while (r.remaining() > 0) {
     uint64_t tag;
     if (!r.ReadVarint(&tag)) return Malformed("truncated tag");
@@ -436,6 +438,7 @@ absl::Status DecodeFields(const grpc::ByteBuffer& buffer, PayloadFields fields,
       const size_t end = r.remaining() - len;
       ChunkView view;
       segments.clear();
+      index_segments.clear();
       while (r.remaining() > end) {
         uint64_t t;
         if (!r.ReadVarint(&t)) return Malformed("truncated chunk field");
@@ -458,6 +461,9 @@ absl::Status DecodeFields(const grpc::ByteBuffer& buffer, PayloadFields fields,
           if (f == kDataField) {
             segments.clear();
             r.Segments(n, &segments);
+          } else if (f == kIndicesField) {
+            index_segments.clear();
+            r.Segments(n, &index_segments);
           } else {
             std::string skip;
             r.Append(n, &skip);
@@ -474,7 +480,12 @@ absl::Status DecodeFields(const grpc::ByteBuffer& buffer, PayloadFields fields,
       for (absl::string_view s : segments) size += s.size();
       view.data =
           segments.size() == 1 ? segments[0] : absl::string_view(nullptr, size);
-      PS_RETURN_IF_ERROR(on_chunk(view, segments));
+      size = 0;
+      for (absl::string_view s : index_segments) size += s.size();
+      view.indices = index_segments.size() == 1
+                         ? index_segments[0]
+                         : absl::string_view(nullptr, size);
+      PS_RETURN_IF_ERROR(on_chunk(view, segments, index_segments));
       continue;
     }
     if (fields.sparse > 0 && field == fields.sparse && wire == 2) {
@@ -513,6 +524,17 @@ absl::Status DecodeFields(const grpc::ByteBuffer& buffer, PayloadFields fields,
   }
   if (!header->ParseFromString(rest)) return Malformed("bad header fields");
   return absl::OkStatus();
+}
+
+// A chunk's indices in one piece: in place when they are one segment, else
+// gathered into `scratch`.
+absl::string_view JoinedIndices(const ChunkView& view,
+                                absl::Span<const absl::string_view> segments,
+                                std::string* scratch) {
+  if (view.indices.data() != nullptr || segments.empty()) return view.indices;
+  scratch->clear();
+  for (absl::string_view s : segments) scratch->append(s.data(), s.size());
+  return *scratch;
 }
 
 // on_sparse of a message without sparse rows: never called.
@@ -558,10 +580,12 @@ grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& header,
   for (const ChunkOut& c : chunks) {
     record.clear();
     PutChunkHeader(&record, c);
-    const size_t n = c.data.size();
+    const size_t n = c.data.size(), k = c.indices.size();
     PutVarint(&w.small(), static_cast<uint64_t>(fields.chunks) << 3 | 2);
-    PutVarint(&w.small(), record.size() + BytesFieldSize(kDataField, n));
+    PutVarint(&w.small(), record.size() + BytesFieldSize(kIndicesField, k) +
+                              BytesFieldSize(kDataField, n));
     w.small() += record;
+    if (k > 0) w.PutBytes(kIndicesField, c.indices);
     if (n > 0) w.PutBytes(kDataField, c.data);
   }
   for (const SparseRowsOut& s : sparse) {
@@ -591,8 +615,16 @@ absl::Status DecodeSegmented(
     const std::function<absl::Status(
         const ChunkView& chunk, absl::Span<const absl::string_view> segments)>&
         on_chunk) {
-  return DecodeFields(buffer, {chunks_field, 0}, header, slices, on_chunk,
-                      NoSparse());
+  std::string scratch;
+  return DecodeFields(
+      buffer, {chunks_field, 0}, header, slices,
+      [&](const ChunkView& view, absl::Span<const absl::string_view> segs,
+          absl::Span<const absl::string_view> index_segs) {
+        ChunkView v = view;
+        v.indices = JoinedIndices(view, index_segs, &scratch);
+        return on_chunk(v, segs);
+      },
+      NoSparse());
 }
 
 absl::Status DecodeSegmented(const grpc::ByteBuffer& buffer,
@@ -601,11 +633,15 @@ absl::Status DecodeSegmented(const grpc::ByteBuffer& buffer,
                              std::vector<grpc::Slice>* slices,
                              std::vector<uint64_t>* key_scratch,
                              const PayloadHandlers& handlers) {
+  std::string scratch;
   return DecodeFields(
       buffer, fields, header, slices,
-      [&](const ChunkView& view, absl::Span<const absl::string_view> segs) {
-        return handlers.on_chunk ? handlers.on_chunk(view, segs)
-                                 : absl::OkStatus();
+      [&](const ChunkView& view, absl::Span<const absl::string_view> segs,
+          absl::Span<const absl::string_view> index_segs) {
+        if (!handlers.on_chunk) return absl::OkStatus();
+        ChunkView v = view;
+        v.indices = JoinedIndices(view, index_segs, &scratch);
+        return handlers.on_chunk(v, segs);
       },
       [&](const SparseRowsView& view, absl::Span<const absl::string_view> keys,
           absl::Span<const absl::string_view> rows) {
@@ -630,21 +666,33 @@ absl::Status DecodeWithPayloads(const grpc::ByteBuffer& buffer,
   arena->clear();
   // Straddling payloads are gathered in the arena; their views are fixed up
   // at the end because the arena may move while it grows.
-  std::vector<std::pair<size_t, size_t>> arena_views;  // chunk, offset
-  PS_RETURN_IF_ERROR(DecodeSegmented(
-      buffer, chunks_field, header, slices,
-      [&](const ChunkView& view, absl::Span<const absl::string_view> segments) {
+  std::vector<std::pair<size_t, size_t>> arena_views;    // chunk, offset
+  std::vector<std::pair<size_t, size_t>> arena_indices;  // chunk, offset
+  PS_RETURN_IF_ERROR(DecodeFields(
+      buffer, {chunks_field, 0}, header, slices,
+      [&](const ChunkView& view, absl::Span<const absl::string_view> segments,
+          absl::Span<const absl::string_view> index_segments) {
         if (segments.size() > 1) {
           arena_views.emplace_back(chunks->size(), arena->size());
           for (absl::string_view s : segments)
             arena->append(s.data(), s.size());
         }
+        if (index_segments.size() > 1) {
+          arena_indices.emplace_back(chunks->size(), arena->size());
+          for (absl::string_view s : index_segments)
+            arena->append(s.data(), s.size());
+        }
         chunks->push_back(view);
         return absl::OkStatus();
-      }));
+      },
+      NoSparse()));
   for (const auto& [index, offset] : arena_views) {
     (*chunks)[index].data =
         absl::string_view(arena->data() + offset, (*chunks)[index].data.size());
+  }
+  for (const auto& [index, offset] : arena_indices) {
+    (*chunks)[index].indices = absl::string_view(
+        arena->data() + offset, (*chunks)[index].indices.size());
   }
   return absl::OkStatus();
 }
@@ -659,7 +707,7 @@ absl::Status DecodeMessage(const grpc::ByteBuffer& buffer, PayloadFields fields,
   // Views into the arenas are offsets until the end: the arenas may move
   // while they grow.
   constexpr size_t kInPlace = ~size_t{0};
-  std::vector<size_t> chunk_offsets, row_offsets, key_offsets;
+  std::vector<size_t> chunk_offsets, index_offsets, row_offsets, key_offsets;
   const auto gather = [&](absl::Span<const absl::string_view> segments) {
     if (segments.size() <= 1) return kInPlace;
     const size_t offset = out->arena.size();
@@ -668,8 +716,10 @@ absl::Status DecodeMessage(const grpc::ByteBuffer& buffer, PayloadFields fields,
   };
   PS_RETURN_IF_ERROR(DecodeFields(
       buffer, fields, header, &out->slices,
-      [&](const ChunkView& view, absl::Span<const absl::string_view> segments) {
+      [&](const ChunkView& view, absl::Span<const absl::string_view> segments,
+          absl::Span<const absl::string_view> index_segments) {
         chunk_offsets.push_back(gather(segments));
+        index_offsets.push_back(gather(index_segments));
         out->chunks.push_back(view);
         return absl::OkStatus();
       },
@@ -688,9 +738,15 @@ absl::Status DecodeMessage(const grpc::ByteBuffer& buffer, PayloadFields fields,
         return absl::OkStatus();
       }));
   for (size_t i = 0; i < out->chunks.size(); ++i) {
-    if (chunk_offsets[i] == kInPlace) continue;
-    out->chunks[i].data = absl::string_view(
-        out->arena.data() + chunk_offsets[i], out->chunks[i].data.size());
+    ChunkView& c = out->chunks[i];
+    if (chunk_offsets[i] != kInPlace) {
+      c.data = absl::string_view(out->arena.data() + chunk_offsets[i],
+                                 c.data.size());
+    }
+    if (index_offsets[i] != kInPlace) {
+      c.indices = absl::string_view(out->arena.data() + index_offsets[i],
+                                    c.indices.size());
+    }
   }
   for (size_t i = 0; i < out->sparse.size(); ++i) {
     SparseRowsView& v = out->sparse[i];

@@ -46,11 +46,15 @@ absl::Status WidenToFloat(DType dtype, absl::string_view src,
 void NarrowFromFloat(DType dtype, absl::Span<const float> src, char* dst);
 
 // A payload to send. `data` is the wire bytes (num_elements x dtype).
+// `indices` non-empty: a sparse update of the chunk (ChunkPayload.indices),
+// num_elements little-endian uint32 offsets, sent like `data` (copied when
+// small, else referenced).
 struct ChunkOut {
   int64_t chunk_id = 0;
   DType dtype = FLOAT32;
   int64_t num_elements = 0;
   grpc::Slice data;
+  grpc::Slice indices = grpc::Slice();
 };
 
 // A slice over `memory` without copying it: the memory must stay alive and
@@ -77,19 +81,23 @@ grpc::ByteBuffer EncodeWithPayloads(const google::protobuf::MessageLite& header,
                                     size_t inline_below = 4096);
 
 // One decoded payload: `data` points into the received slices, or into the
-// decoder's arena when the payload straddled slices.
+// decoder's arena when the payload straddled slices. `indices`: the raw
+// bytes of ChunkPayload.indices (empty for a dense chunk), found the same
+// way; the decoder does not check them (the receiver does).
 struct ChunkView {
   int64_t chunk_id = 0;
   DType dtype = DTYPE_UNSPECIFIED;
   int64_t num_elements = 0;
   absl::string_view data;
+  absl::string_view indices;
 };
 
 // The lowest level of decoding: hands each payload to `on_chunk` as the
 // slice segments it spans (their concatenation is the payload), copying
-// nothing. `header` receives every field but `chunks_field`; `slices` keeps
-// the segments alive. An error from `on_chunk` stops decoding and is
-// returned.
+// nothing but indices that straddle slices (the view's `indices` are then
+// valid during its call only). `header` receives every field but
+// `chunks_field`; `slices` keeps the segments alive. An error from `on_chunk`
+// stops decoding and is returned.
 absl::Status DecodeSegmented(
     const grpc::ByteBuffer& buffer, int chunks_field,
     google::protobuf::MessageLite* header, std::vector<grpc::Slice>* slices,
@@ -187,10 +195,10 @@ absl::Status DecodeMessage(const grpc::ByteBuffer& buffer, PayloadFields fields,
 // The lowest level, as DecodeSegmented: each payload goes to its handler as
 // the slice segments it spans, copying nothing but keys that straddle slices
 // or are unaligned (into `key_scratch`; a view's keys are valid during its
-// call only). A SparseRowsView's `rows` is empty with data() == nullptr when
-// its rows span several segments. A handler may be empty when its field is 0
-// (or to skip the payloads). An error from a handler stops decoding and is
-// returned.
+// call only) and chunk indices that straddle slices (likewise). A
+// SparseRowsView's `rows` is empty with data() == nullptr when its rows span
+// several segments. A handler may be empty when its field is 0 (or to skip the
+// payloads). An error from a handler stops decoding and is returned.
 struct PayloadHandlers {
   std::function<absl::Status(const ChunkView& chunk,
                              absl::Span<const absl::string_view> segments)>

@@ -428,6 +428,98 @@ TEST(PayloadCodec, SparseRowsRoundTripInEveryDtypeAndSlicing) {
   }
 }
 
+TEST(PayloadCodec, ChunkIndicesRoundTripWhateverTheSlicing) {
+  // A sparse update of a chunk (ChunkPayload.indices): large indices are
+  // referenced, small ones copied; a dense chunk beside them has none.
+  std::vector<uint32_t> big(3000), small = {2, 5, 11};
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint32_t>(3 * i);
+  const std::vector<float> big_values = Ramp(big.size(), 1);
+  const std::vector<float> small_values = Ramp(small.size(), -2);
+  const std::vector<float> dense = Ramp(20, 7);
+  const auto index_bytes = [](const std::vector<uint32_t>& v) {
+    return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                             v.size() * sizeof(uint32_t));
+  };
+  std::vector<ChunkOut> chunks(3);
+  PushRequest expected = Header();
+  const std::vector<const std::vector<uint32_t>*> indices = {&big, &small,
+                                                             nullptr};
+  const std::vector<const std::vector<float>*> values = {&big_values,
+                                                         &small_values, &dense};
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    chunks[i].chunk_id = static_cast<int64_t>(i) + 1;
+    chunks[i].num_elements = static_cast<int64_t>(values[i]->size());
+    chunks[i].data = BorrowSlice(Bytes(*values[i]));
+    ChunkPayload* c = expected.add_chunks();
+    c->set_chunk_id(chunks[i].chunk_id);
+    c->set_dtype(FLOAT32);
+    c->set_num_elements(chunks[i].num_elements);
+    if (indices[i] != nullptr) {
+      chunks[i].indices = BorrowSlice(index_bytes(*indices[i]));
+      c->set_indices(std::string(index_bytes(*indices[i])));
+    }
+    c->set_data(std::string(Bytes(*values[i])));
+  }
+  const grpc::ByteBuffer buffer =
+      EncodeMessage(Header(), kPushRequestFields, chunks, {});
+  PushRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
+  EXPECT_TRUE(parsed.SerializeAsString() == expected.SerializeAsString());
+  std::vector<grpc::Slice> sent;
+  ASSERT_TRUE(buffer.Dump(&sent).ok());
+  bool referenced = false;
+  for (const grpc::Slice& s : sent) {
+    referenced |=
+        reinterpret_cast<const char*>(s.begin()) == index_bytes(big).data();
+  }
+  EXPECT_TRUE(referenced);
+  for (const std::string& wire :
+       {Flatten(buffer), expected.SerializeAsString()}) {
+    for (size_t piece : {wire.size(), size_t{1}, size_t{7}, size_t{4096}}) {
+      SCOPED_TRACE(piece);
+      const auto expect = [&](const std::vector<ChunkView>& got) {
+        ASSERT_EQ(got.size(), 3u);
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_EQ(got[i].chunk_id, chunks[i].chunk_id);
+          EXPECT_TRUE(got[i].data == Bytes(*values[i]));
+          EXPECT_TRUE(got[i].indices == (indices[i] == nullptr
+                                             ? absl::string_view()
+                                             : index_bytes(*indices[i])));
+        }
+      };
+      PushRequest header;
+      DecodedMessage out;
+      absl::Status st =
+          DecodeMessage(Cut(wire, piece), kPushRequestFields, &header, &out);
+      ASSERT_TRUE(st.ok()) << st;
+      expect(out.chunks);
+      std::vector<ChunkView> views;
+      std::vector<grpc::Slice> slices;
+      std::string arena;
+      ASSERT_TRUE(DecodeWithPayloads(Cut(wire, piece), 6, &header, &views,
+                                     &slices, &arena)
+                      .ok());
+      expect(views);
+      // The lowest level: indices in one piece during the call.
+      std::vector<std::string> seen_indices;
+      std::vector<uint64_t> key_scratch;
+      PayloadHandlers handlers;
+      handlers.on_chunk = [&](const ChunkView& v,
+                              absl::Span<const absl::string_view>) {
+        seen_indices.emplace_back(v.indices);
+        return absl::OkStatus();
+      };
+      ASSERT_TRUE(DecodeSegmented(Cut(wire, piece), kPushRequestFields, &header,
+                                  &slices, &key_scratch, handlers)
+                      .ok());
+      ASSERT_EQ(seen_indices.size(), 3u);
+      EXPECT_TRUE(seen_indices[0] == index_bytes(big));
+      EXPECT_TRUE(seen_indices[1] == index_bytes(small));
+      EXPECT_TRUE(seen_indices[2].empty());
+    }
+  }
+}
+
 TEST(PayloadCodec, SparseRowsOfPullsAndAnswers) {
   // A pull request: keys only; protobuf's encoding decodes too.
   SparseCase pull(1, FLOAT16, 50, 8);

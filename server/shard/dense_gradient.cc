@@ -33,6 +33,72 @@ bool AllFinite(const std::vector<absl::string_view>& segments) {
       segments, [](const char* p, size_t n) { return AllFiniteLoop(n, p); });
 }
 
+// CheckChunk's size checks of a sparse update of a chunk of n elements.
+absl::Status CheckSparseChunk(const PushChunk& c, int64_t n) {
+  const int size = DTypeSize(c.dtype);
+  if (c.num_elements < 1 || c.num_elements > n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", c.chunk_id, ": a sparse update of ",
+                     c.num_elements, " elements, the chunk has ", n));
+  }
+  if (c.indices.size() != static_cast<size_t>(c.num_elements) * 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", c.chunk_id, ": ", c.indices.size(),
+        " bytes of indices, expected ", c.num_elements, " x 4 (uint32)"));
+  }
+  if (size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", c.chunk_id,
+                                                   ": unsupported dtype ",
+                                                   static_cast<int>(c.dtype)));
+  }
+  const size_t bytes = PayloadBytes(c);
+  if (bytes != static_cast<size_t>(c.num_elements) * size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", c.chunk_id, ": payload of ", bytes, " bytes, expected ",
+        c.num_elements, " x ", DType_Name(c.dtype), " = ",
+        c.num_elements * size, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// A sparse update of a chunk of n elements as the dense gradient it stands
+// for (zeros but at its indices) into `out`. INVALID_ARGUMENT for indices
+// out of range or not strictly ascending, and NaN/Inf unless allowed.
+absl::Status ScatterSparseChunk(const PushChunk& c, int64_t n,
+                                bool allow_nonfinite, std::vector<float>* out) {
+  std::vector<float> values(static_cast<size_t>(c.num_elements));
+  absl::string_view data = c.segments.size() == 1 ? c.segments[0] : c.data;
+  std::string joined;
+  if (c.segments.size() > 1) {
+    joined.resize(PayloadBytes(c));
+    GatherSegments(c.segments, joined.data());
+    data = joined;
+  }
+  PS_RETURN_IF_ERROR(WidenToFloat(c.dtype, data, absl::MakeSpan(values)));
+  if (!allow_nonfinite &&
+      !AllFiniteLoop(values.size(),
+                     reinterpret_cast<const char*>(values.data()))) {
+    return absl::InvalidArgumentError(NonFiniteMessage(c.chunk_id));
+  }
+  out->assign(static_cast<size_t>(n), 0.0f);
+  int64_t last = -1;
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint32_t at;
+    std::memcpy(&at, c.indices.data() + 4 * i, sizeof(at));
+    if (static_cast<int64_t>(at) <= last || static_cast<int64_t>(at) >= n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", c.chunk_id, ": sparse index ", at, " at position ", i,
+          static_cast<int64_t>(at) >= n
+              ? absl::StrCat(" is outside the chunk's ", n, " elements")
+              : absl::StrCat(" does not follow ", last,
+                             " (indices must be strictly ascending)")));
+    }
+    (*out)[at] = values[i];
+    last = at;
+  }
+  return absl::OkStatus();
+}
+
 // The checks of one chunk that need no payload pass: id, owner, repeat,
 // element count, dtype and length.
 absl::Status CheckChunk(const DenseLayout& layout, const PushChunk& c,
@@ -53,6 +119,7 @@ absl::Status CheckChunk(const DenseLayout& layout, const PushChunk& c,
         absl::StrCat("chunk ", c.chunk_id, " appears twice in one push"));
   }
   const int64_t n = p.chunks[c.chunk_id].num_elements;
+  if (!c.indices.empty()) return CheckSparseChunk(c, n);
   if (c.num_elements != n) {
     return absl::InvalidArgumentError(absl::StrCat("chunk ", c.chunk_id,
                                                    " has ", n,
@@ -115,6 +182,16 @@ absl::StatusOr<std::unique_ptr<DenseGradient>> PrepareDenseGradient(
   for (size_t i = 0; i < chunks.size(); ++i) {
     const PushChunk& c = chunks[i];
     PS_RETURN_IF_ERROR(CheckChunk(layout, c, seen));
+    if (!c.indices.empty()) {
+      // Applied as the dense gradient it stands for: the optimizer's update
+      // of every element (zeros counted), widened and checked here.
+      out->bytes += PayloadBytes(c) + c.indices.size();
+      PS_RETURN_IF_ERROR(ScatterSparseChunk(
+          c, layout.placement->chunks[c.chunk_id].num_elements, allow_nonfinite,
+          &out->widened[i]));
+      out->grads[i] = out->widened[i];
+      continue;
+    }
     const int64_t n = c.num_elements;
     const int size = DTypeSize(c.dtype);
     const size_t bytes = PayloadBytes(c);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/platform/fake_clock.h"
 #include "common/wire/payload_codec.h"
 #include "common/wire/placement.h"
@@ -199,6 +201,200 @@ TEST(DenseGradient, AllFiniteTellsNanAndInfFromExtremeFloats) {
     std::vector<float> b = g;
     b[36] = bad;
     EXPECT_FALSE(AllFinite(b)) << bad;
+  }
+}
+
+// ---- Sparse updates of dense chunks (ChunkPayload.indices, top-k
+// compression): applied as the dense gradient they stand for, zeros
+// counted, with the job's optimizer.
+
+// A sparse update's storage: offsets and values per chunk.
+struct SparseUpdate {
+  std::vector<int64_t> chunk_ids;
+  std::vector<std::vector<uint32_t>> indices;
+  std::vector<std::vector<float>> values;
+
+  // The push, its payloads pointing into this update.
+  PushArgs Args(int64_t worker, uint64_t seq, int64_t clock,
+                int64_t base) const {
+    PushArgs args = PushHeader(worker, seq, clock, base, true);
+    for (size_t i = 0; i < chunk_ids.size(); ++i) {
+      PushChunk c = Contiguous(
+          chunk_ids[i], FLOAT32, static_cast<int64_t>(values[i].size()),
+          absl::string_view(reinterpret_cast<const char*>(values[i].data()),
+                            values[i].size() * 4));
+      c.indices =
+          absl::string_view(reinterpret_cast<const char*>(indices[i].data()),
+                            indices[i].size() * 4);
+      args.chunks.push_back(c);
+    }
+    return args;
+  }
+  // The dense gradients it stands for (zeros elsewhere), by chunk.
+  std::vector<std::vector<float>> Dense(const Placement& p) const {
+    std::vector<std::vector<float>> out;
+    for (size_t i = 0; i < chunk_ids.size(); ++i) {
+      out.emplace_back(p.chunks[chunk_ids[i]].num_elements, 0.0f);
+      for (size_t k = 0; k < indices[i].size(); ++k) {
+        out.back()[indices[i][k]] = values[i][k];
+      }
+    }
+    return out;
+  }
+};
+
+// Worker w's update of step t: 3 entries of every chunk, at offsets and
+// with values that change with both (some repeat, some do not).
+SparseUpdate UpdateOf(const Placement& p, int64_t w, int64_t t) {
+  SparseUpdate u;
+  for (const Chunk& c : p.chunks) {
+    u.chunk_ids.push_back(c.chunk_id);
+    std::vector<uint32_t> at;
+    for (uint32_t k : {0u, 5u, 9u}) {
+      at.push_back(static_cast<uint32_t>((k + 2 * t + w) % c.num_elements));
+    }
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
+    std::vector<float> v;
+    for (size_t k = 0; k < at.size(); ++k) {
+      v.push_back(0.1f * static_cast<float>(k + 1 + w) *
+                  (t % 2 == 0 ? 1.0f : -0.5f));
+    }
+    u.indices.push_back(std::move(at));
+    u.values.push_back(std::move(v));
+  }
+  return u;
+}
+
+PushArgs DenseArgs(const std::vector<std::vector<float>>& grads,
+                   const SparseUpdate& u, int64_t worker, uint64_t seq,
+                   int64_t clock, int64_t base) {
+  PushArgs args = PushHeader(worker, seq, clock, base, true);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    args.chunks.push_back(Contiguous(
+        u.chunk_ids[i], FLOAT32, static_cast<int64_t>(grads[i].size()),
+        absl::string_view(reinterpret_cast<const char*>(grads[i].data()),
+                          grads[i].size() * 4)));
+  }
+  return args;
+}
+
+// A sparse push updates the weights and the optimizer's state exactly as
+// the dense push of its zero-filled gradient: for SGD, momentum and Adam
+// (with weight decay), applied at once (ASP) and summed over a BSP step of
+// two workers.
+TEST(DenseGradient, SparseUpdateIsTheDenseUpdateOfItsZeroFilledGradient) {
+  for (auto kind :
+       {OptimizerSpec::SGD, OptimizerSpec::MOMENTUM, OptimizerSpec::ADAM}) {
+    for (auto model : {ConsistencySpec::ASP, ConsistencySpec::BSP}) {
+      SCOPED_TRACE(absl::StrCat(OptimizerSpec::Kind_Name(kind), " ",
+                                ConsistencySpec::Model_Name(model)));
+      JobSpec spec = MakeSpec(model);
+      spec.mutable_optimizer()->set_kind(kind);
+      spec.mutable_optimizer()->set_learning_rate(0.1f);
+      if (kind == OptimizerSpec::MOMENTUM) {
+        spec.mutable_optimizer()->set_momentum(0.9f);
+      }
+      spec.mutable_optimizer()->set_weight_decay(0.01f);
+      FakeClock clock;
+      auto sparse = NewStore(&clock), dense = NewStore(&clock);
+      ASSERT_TRUE(sparse->SetupJob(JobSetup(spec, {1, 2})).ok());
+      ASSERT_TRUE(dense->SetupJob(JobSetup(spec, {1, 2})).ok());
+      const Placement& p = **sparse->GetPlacement("job1");
+      for (int64_t t = 0; t < 4; ++t) {
+        for (int64_t w : {1, 2}) {
+          const SparseUpdate u = UpdateOf(p, w, t);
+          const std::vector<std::vector<float>> g = u.Dense(p);
+          const uint64_t seq = static_cast<uint64_t>(t + 1);
+          const int64_t base = model == ConsistencySpec::BSP ? t : 0;
+          auto a = sparse->Push(u.Args(w, seq, t, base), Far());
+          ASSERT_TRUE(a.ok()) << a.status();
+          auto b = dense->Push(DenseArgs(g, u, w, seq, t, base), Far());
+          ASSERT_TRUE(b.ok()) << b.status();
+          EXPECT_EQ(a->version, b->version);
+        }
+      }
+      const std::vector<float> ws = Weights(*sparse), wd = Weights(*dense);
+      EXPECT_EQ(Version(*sparse), model == ConsistencySpec::BSP ? 4 : 8);
+      EXPECT_EQ(ws, wd);
+      EXPECT_NE(ws, std::vector<float>(ws.size(), 1.0f));
+    }
+  }
+}
+
+// What "zeros counted" means for momentum: an element touched once keeps
+// moving with its velocity on the later pushes that do not touch it (lazy
+// momentum would leave it where it was).
+TEST(DenseGradient, SparseUpdateMovesUntouchedElementsByTheirMomentum) {
+  JobSpec spec = MakeSpec(ConsistencySpec::ASP);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::MOMENTUM);
+  spec.mutable_optimizer()->set_learning_rate(0.5f);
+  spec.mutable_optimizer()->set_momentum(0.5f);
+  FakeClock clock;
+  auto store = NewStore(&clock);
+  ASSERT_TRUE(store->SetupJob(JobSetup(spec, {1})).ok());
+  SparseUpdate first, second;
+  first.chunk_ids = second.chunk_ids = {0};
+  first.indices = {{3}};
+  first.values = {{1.0f}};
+  second.indices = {{7}};
+  second.values = {{2.0f}};
+  ASSERT_TRUE(store->Push(first.Args(1, 1, 0, 0), Far()).ok());
+  std::vector<float> w = Weights(*store);
+  // v = g = 1, w = 1 - 0.5 * 1.
+  EXPECT_FLOAT_EQ(w[3], 0.5f);
+  EXPECT_FLOAT_EQ(w[7], 1.0f);
+  ASSERT_TRUE(store->Push(second.Args(1, 2, 1, 1), Far()).ok());
+  w = Weights(*store);
+  // Element 3: v = 0.5 * 1 + 0 = 0.5, w = 0.5 - 0.25; element 7: v = 2.
+  EXPECT_FLOAT_EQ(w[3], 0.25f);
+  EXPECT_FLOAT_EQ(w[7], 0.0f);
+  EXPECT_FLOAT_EQ(w[0], 1.0f);
+}
+
+// Malformed sparse updates are refused whole, naming the chunk, and apply
+// nothing.
+TEST(DenseGradient, SparseUpdateRefusesBadIndices) {
+  struct Case {
+    const char* name;
+    std::vector<uint32_t> indices;
+    std::vector<float> values;
+    size_t index_bytes;  // 0: 4 per index
+    const char* want;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<Case> cases = {
+      {"out of range",
+       {2, 16},
+       {1, 1},
+       0,
+       "sparse index 16 at position 1 is outside the chunk's"},
+      {"descending", {5, 2}, {1, 1}, 0, "does not follow 5"},
+      {"repeated", {4, 4}, {1, 1}, 0, "does not follow 4"},
+      {"short indices", {1, 2}, {1, 1}, 6, "6 bytes of indices, expected 2"},
+      {"more than the chunk", std::vector<uint32_t>(17, 0),
+       std::vector<float>(17, 1.0f), 0, "a sparse update of 17 elements"},
+      {"nan", {1, 2}, {1, nan}, 0, "holds NaN or Inf"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    FakeClock clock;
+    auto store = NewStore(&clock);
+    ASSERT_TRUE(
+        store->SetupJob(JobSetup(MakeSpec(ConsistencySpec::ASP), {1})).ok());
+    SparseUpdate u;
+    u.chunk_ids = {1};
+    u.indices = {c.indices};
+    u.values = {c.values};
+    PushArgs args = u.Args(1, 1, 0, 0);
+    if (c.index_bytes > 0) {
+      args.chunks[0].indices = args.chunks[0].indices.substr(0, c.index_bytes);
+    }
+    const absl::Status s = store->Push(args, Far()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("chunk 1"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(c.want), std::string::npos) << s;
+    ExpectAll(Weights(*store), 1.0f);
   }
 }
 

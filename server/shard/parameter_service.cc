@@ -198,6 +198,7 @@ struct PushCall {
   std::vector<SparseRowsView> sparse;
   std::vector<uint64_t> key_scratch;
   std::deque<std::vector<uint64_t>> key_copies;
+  // Copies of rows over several slices, and of chunk indices.
   std::deque<std::string> row_copies;
   // then_pull's sparse keys, copied out of its protobuf fields (aligned).
   std::vector<SparseRowsView> pull_sparse;
@@ -342,6 +343,11 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
       c.data = segs[0];
     } else {
       c.segments.assign(segs.begin(), segs.end());
+    }
+    if (!v.indices.empty()) {
+      // Indices may be the decoder's scratch, valid during this call only;
+      // 4 bytes per value sent, copied (the values are not).
+      c.indices = call->row_copies.emplace_back(v.indices);
     }
     call->chunks.push_back(std::move(c));
     return absl::OkStatus();

@@ -20,7 +20,10 @@ namespace ps::server {
 
 // One chunk of a push: num_elements little-endian `dtype` values, either
 // contiguous in `data` or, when they arrived split over several receive
-// buffers, the concatenation of `segments` (then `data` is unused). The
+// buffers, the concatenation of `segments` (then `data` is unused). With
+// `indices` (ChunkPayload.indices: num_elements little-endian uint32
+// offsets inside the chunk, strictly ascending), a sparse update of the
+// chunk: value i belongs to element indices[i], the others are zero. The
 // bytes only have to live for the duration of the Push call.
 struct PushChunk {
   int64_t chunk_id = 0;
@@ -28,6 +31,7 @@ struct PushChunk {
   int64_t num_elements = 0;
   absl::string_view data;
   std::vector<absl::string_view> segments;
+  absl::string_view indices;
 };
 
 struct PushArgs {

@@ -2,28 +2,52 @@
 # BSP against ASP across simulated hosts at several link rates: for each
 # rate, a cluster (tools/netsim/cluster.sh: coordinator, 1 server, 2 CPU
 # workers, each on its own host) runs the same Fashion-MNIST MLP job under
-# BSP, then under ASP, and one line per job is printed: rate, model, steps,
-# wall seconds (submit to end), examples/s and test accuracy as psctl status
-# reports them, and the bytes the server host's link carried in and out
-# during the job (its eth0 counters) as MB/s over the wall time.
+# BSP, then under ASP (--models), once per gradient compression
+# (--compressions), and one line per job is printed: rate, model,
+# compression, steps, wall seconds (submit to end), examples/s and test
+# accuracy as psctl status reports them, the time to --target, and the
+# bytes the server host's link carried in and out during the job (its eth0
+# counters) as MB/s over the wall time.
 #
 #   tools/netsim/bench.sh [--rates "none 10gbit 1gbit"] [--hidden 1024]
-#                         [--steps 300] [--bin_dir DIR]
+#                         [--steps 300] [--bin_dir DIR] [--models "BSP ASP"]
+#                         [--compressions "none topk:0.1"]
+#                         [--target 0.8 --eval_every 50]
+#
+# --compressions: each job runs once per entry: "none" (dense fp32), "fp16"
+# or "bf16" (compression { wire_dtype: ... }: both directions narrowed),
+# "topk:R" (compression { kind: TOPK ratio: R }, docs/performance/
+# wire-formats.md), or "topk:R:fp16" / "topk:R:bf16" (both).
+# --target: the jobs evaluate every --eval_every steps on 2000 test images,
+# and t@target is the worker's job time (metric time_ms) of the first
+# evaluation at or above the target ("never": not reached; "-": no
+# --target).
 #
 # "none" is an unshaped link. The MLP's parameters cross the server's link
 # twice per worker per step (push and pull), 4 bytes each in fp32: with
 # hidden 1024 about 3.3 MB each way. Needs root; every wait is bounded.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-rates="none 10gbit 1gbit" hidden=1024 steps=300 bin_dir=""
+rates="none 10gbit 1gbit" hidden=1024 steps=300 bin_dir="" models="BSP ASP"
+compressions=none target="" eval_every=50
 while (($#)); do
   case $1 in
     --rates) rates=$2; shift 2 ;;
     --hidden) hidden=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --bin_dir) bin_dir=$2; shift 2 ;;
-    *) echo "usage: $0 [--rates R] [--hidden H] [--steps N] [--bin_dir DIR]" >&2; exit 2 ;;
+    --models) models=$2; shift 2 ;;
+    --compressions) compressions=$2; shift 2 ;;
+    --target) target=$2; shift 2 ;;
+    --eval_every) eval_every=$2; shift 2 ;;
+    *) echo "usage: $0 [--rates R] [--hidden H] [--steps N] [--bin_dir DIR]" \
+         "[--models M] [--compressions C] [--target A] [--eval_every N]" >&2
+       exit 2 ;;
   esac
+done
+for c in $compressions; do
+  [[ $c =~ ^(none|fp16|bf16|topk:(0?\.[0-9]+|1)(:fp16|:bf16)?)$ ]] ||
+    { echo "bench: --compressions entries are none, fp16, bf16 or topk:R[:fp16|:bf16], not $c" >&2; exit 2; }
 done
 own_dir=""
 [[ -n ${NETSIM_CLUSTER_DIR:-} ]] || own_dir=/tmp/netsim-bench.$$
@@ -33,8 +57,16 @@ C=$here/cluster.sh
 trap '"$C" down >/dev/null 2>&1 || true; [[ -z $own_dir ]] || rm -rf "$own_dir"' EXIT
 trap 'exit 143' INT TERM
 
-spec() {  # MODEL -> file
-  local f=$NETSIM_CLUSTER_DIR/bench-$1.pbtxt
+spec() {  # MODEL COMPRESSION -> file
+  local f=$NETSIM_CLUSTER_DIR/bench-$1-${2//:/}.pbtxt compression="" eval=100000
+  local examples=0 dtype="" topk=""
+  case $2 in
+    *fp16) dtype="wire_dtype: FLOAT16" ;;
+    *bf16) dtype="wire_dtype: BFLOAT16" ;;
+  esac
+  [[ $2 == topk:* ]] && topk=${2#topk:} && topk="kind: TOPK ratio: ${topk%%:*}"
+  [[ -z $dtype$topk ]] || compression="compression { $topk $dtype }"
+  [[ -z $target ]] || { eval=$eval_every; examples=2000; }
   cat >"$f" <<EOT
 name: "netsim-$1"
 model { mlp { input_dim: 784 hidden: $hidden num_classes: 10 } }
@@ -43,9 +75,10 @@ optimizer {
   schedule { kind: COSINE total_steps: $steps min_lr: 0.0005 }
 }
 consistency { model: $1 heartbeat_timeout_ms: 10000 barrier_timeout_ms: 120000 }
-data { batch_size: 64 max_steps: $steps eval_every_steps: 100000 }
+data { batch_size: 64 max_steps: $steps eval_every_steps: $eval eval_examples: $examples }
 num_workers: 2
 seed: 7
+$compression
 EOT
   echo "$f"
 }
@@ -53,13 +86,16 @@ EOT
 srv_bytes() {  # rx+tx bytes of the server host's eth0
   "$C" net exec h1 sh -c 'echo $(( $(cat /sys/class/net/eth0/statistics/rx_bytes) + $(cat /sys/class/net/eth0/statistics/tx_bytes) ))'
 }
-printf '%-7s %-4s %6s %8s %10s %8s %12s\n' rate model steps wall_s examples/s accuracy server_MB/s
+fmt='%-7s %-4s %-14s %6s %8s %10s %8s %9s %12s\n'
+# shellcheck disable=SC2059
+printf "$fmt" rate model gradients steps wall_s examples/s accuracy t@target server_MB/s
 for rate in $rates; do
   rate_flag=()
   [[ $rate == none ]] || rate_flag=(--rate "$rate")
   "$C" up --servers 1 --workers 2 "${rate_flag[@]}" ${bin_dir:+--bin_dir "$bin_dir"} 2>/dev/null
-  for model in BSP ASP; do
-    f=$(spec "$model")
+  for model in $models; do
+  for compression in $compressions; do
+    f=$(spec "$model" "$compression")
     b0=$(srv_bytes)
     t0=$(date +%s.%N)
     job=$("$C" psctl submit "$f" | head -n1)
@@ -77,8 +113,17 @@ for rate in $rates; do
     [[ $state == SUCCEEDED ]] || acc="$state"
     read -r wall mbs < <(awk -v a="$t0" -v b="$t1" -v x="$b0" -v y="$b1" \
       'BEGIN { printf "%.1f %.0f\n", b - a, (y - x) / 1e6 / (b - a) }')
-    printf '%-7s %-4s %6s %8s %10s %8s %12s\n' "$rate" "$model" "$steps" "$wall" \
-      "$thr" "$acc" "$mbs"
+    tt="-"
+    if [[ -n $target ]]; then
+      # The first evaluation at or above the target, by its job time.
+      tt=$("$C" psctl metrics "$job" --format csv 2>/dev/null | awk -F, -v t="$target" '
+        $2 == "test_accuracy" && $7 >= t && (best == "" || $5 < best) { best = $5 }
+        END { if (best == "") print "never"; else printf "%.1f\n", best / 1000 }')
+    fi
+    # shellcheck disable=SC2059
+    printf "$fmt" "$rate" "$model" "${compression/none/dense}" "$steps" "$wall" \
+      "$thr" "$acc" "$tt" "$mbs"
+  done
   done
   "$C" down >/dev/null 2>&1
 done

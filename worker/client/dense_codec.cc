@@ -236,8 +236,12 @@ class PushAndPullMessageImpl final : public Message {
 }  // namespace
 
 DenseCodec::DenseCodec(const Placement& placement,
-                       const DenseCodecOptions& options, Session* session)
-    : placement_(placement), options_(options), session_(session) {
+                       const DenseCodecOptions& options, Session* session,
+                       ChunkCompressor* compressor)
+    : placement_(placement),
+      options_(options),
+      session_(session),
+      compressor_(compressor) {
   tensor_chunks_.resize(placement_.tensor_elements.size());
   for (const Chunk& c : placement_.chunks) {
     tensor_chunks_[c.tensor_index].push_back(c.chunk_id);
@@ -247,6 +251,12 @@ DenseCodec::DenseCodec(const Placement& placement,
     pull_groups_[s] = CutIntoGroups(placement_.shard_chunks[s]);
     if (pull_groups_[s].empty()) pull_groups_[s].emplace_back();
   }
+}
+
+int64_t DenseCodec::PushBytes(const Chunk& c) const {
+  const int64_t size = DTypeSize(options_.wire_dtype);
+  if (compressor_ == nullptr) return c.num_elements * size;
+  return compressor_->k(c.chunk_id) * (size + 4);
 }
 
 std::vector<std::vector<int64_t>> DenseCodec::CutIntoGroups(
@@ -319,7 +329,7 @@ absl::StatusOr<ShardMessages> DenseCodec::Split(
             "); parts must be whole chunks"));
       }
       covered[i].push_back(id);
-      if (spread > 1) bytes[c.shard] += c.num_elements * size;
+      if (spread > 1) bytes[c.shard] += PushBytes(c);
     }
   }
   if (spread > 1) {
@@ -339,7 +349,9 @@ absl::StatusOr<ShardMessages> DenseCodec::Split(
       out.chunk_id = id;
       out.dtype = dtype;
       out.num_elements = c.num_elements;
-      if (size == 4) {
+      if (compressor_ != nullptr) {
+        PS_RETURN_IF_ERROR(compressor_->Compress(id, part, &out));
+      } else if (size == 4) {
         out.data = BorrowSlice(absl::string_view(
             reinterpret_cast<const char*>(part.data()), part.size() * 4));
       } else {
@@ -348,7 +360,7 @@ absl::StatusOr<ShardMessages> DenseCodec::Split(
         NarrowFromFloat(dtype, part, data);
       }
       auto& shard_messages = messages[c.shard];
-      const int64_t b = c.num_elements * size;
+      const int64_t b = PushBytes(c);
       if (shard_messages.empty() || bytes[c.shard] + b > limit[c.shard]) {
         shard_messages.emplace_back();
         bytes[c.shard] = 0;

@@ -21,6 +21,7 @@
 #include "common/wire/payload_codec.h"
 #include "common/wire/placement.h"
 #include "worker/client/call_engine.h"
+#include "worker/client/chunk_compression.h"
 #include "worker/client/parameter_client.h"
 #include "worker/client/session.h"
 #include "worker/client/ticket.h"
@@ -62,8 +63,10 @@ struct PushAndPull {
 
 class DenseCodec {
  public:
+  // `compressor` (not owned, may be null: dense pushes) compresses every
+  // chunk Split sends (chunk_compression.h).
   DenseCodec(const Placement& placement, const DenseCodecOptions& options,
-             Session* session);
+             Session* session, ChunkCompressor* compressor = nullptr);
 
   const Placement& placement() const { return placement_; }
 
@@ -83,7 +86,9 @@ class DenseCodec {
       const std::vector<absl::Span<float>>& tensors) const;
 
   // Each shard's messages (chunk lists of at most max_request_bytes) for
-  // `grads`; borrows fp32 gradient memory. spread > 1: also cuts each
+  // `grads`; borrows fp32 gradient memory (with a compressor: each chunk's
+  // top-k entries, in slices of their own, and its residual updated, once
+  // per call: retries resend the same messages). spread > 1: also cuts each
   // shard's part into about `spread` messages (whole chunks), so that one
   // step's bytes use every connection. INVALID_ARGUMENT (naming `what`)
   // for a tensor or a part that does not match the placement.
@@ -117,9 +122,13 @@ class DenseCodec {
   PushRequest PushHeader(int shard, int64_t clock, int64_t base_version,
                          bool end_of_step) const;
 
+  // Wire bytes of a push of chunk `c`.
+  int64_t PushBytes(const Chunk& c) const;
+
   const Placement placement_;
   const DenseCodecOptions options_;
   Session* const session_;
+  ChunkCompressor* const compressor_;
   std::vector<std::vector<int64_t>> tensor_chunks_;  // ids, by offset
   std::vector<std::vector<std::vector<int64_t>>> pull_groups_;
 };

@@ -213,8 +213,8 @@ void FakeTransport::Start(Attempt& attempt, int shard, Rpc rpc,
                                        &p.request.pull, &decoded);
   EXPECT_TRUE(s.ok()) << s;
   for (const ChunkView& v : decoded.chunks) {
-    p.request.chunks.push_back(
-        {v.chunk_id, v.dtype, v.num_elements, std::string(v.data)});
+    p.request.chunks.push_back({v.chunk_id, v.dtype, v.num_elements,
+                                std::string(v.data), std::string(v.indices)});
   }
   for (const SparseRowsView& v : decoded.sparse) {
     p.request.sparse.push_back(

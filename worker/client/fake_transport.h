@@ -35,6 +35,7 @@ struct FakeChunk {
   DType dtype = DTYPE_UNSPECIFIED;
   int64_t num_elements = 0;
   std::string data;
+  std::string indices = {};  // a sparse update's (ChunkPayload.indices)
 };
 
 // Sparse rows of a request or an answer, copied out of it.

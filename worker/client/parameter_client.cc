@@ -22,13 +22,15 @@ class ClientImpl final : public ParameterClient {
  public:
   ClientImpl(const ParameterClientOptions& options, const std::string& job_id,
              int64_t worker_id, const Placement& placement,
-             std::unique_ptr<Transport> transport, const Clock* clock)
+             std::unique_ptr<Transport> transport, const Clock* clock,
+             std::unique_ptr<ChunkCompressor> compressor)
       : options_(options),
         session_(job_id, worker_id, placement.num_shards, options.incarnation),
+        compressor_(std::move(compressor)),
         codec_(placement,
                {options.wire_dtype, options.max_request_bytes,
                 options.chunks_final},
-               &session_),
+               &session_, compressor_.get()),
         sparse_(options.sparse_tables, placement.num_shards,
                 options.max_request_bytes, &session_),
         engine_(std::move(transport), {options.retry, options.send_thread},
@@ -95,6 +97,8 @@ class ClientImpl final : public ParameterClient {
 
   const ParameterClientOptions options_;
   Session session_;
+  // Null without compression; the codec's.
+  const std::unique_ptr<ChunkCompressor> compressor_;
   const DenseCodec codec_;
   const SparseCodec sparse_;
   // Last: destroyed first, waiting for the calls in flight, whose messages
@@ -403,6 +407,11 @@ absl::Status CheckOptions(const ParameterClientOptions& options) {
         "ParameterClient: connections_per_shard >= 1, max_request_bytes >= 4 "
         "and a known wire dtype are required");
   }
+  if (!(options.topk_ratio >= 0 && options.topk_ratio <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ParameterClient: topk_ratio ", options.topk_ratio,
+                     " outside [0, 1] (0: no compression)"));
+  }
   return absl::OkStatus();
 }
 
@@ -447,8 +456,16 @@ ParameterClient::CreateWithTransport(const ParameterClientOptions& options,
   }
   PS_RETURN_IF_ERROR(CheckOptions(options));
   PS_RETURN_IF_ERROR(CheckOptions(options, placement.num_shards));
-  return std::unique_ptr<ParameterClient>(new ClientImpl(
-      options, job_id, worker_id, placement, std::move(transport), clock));
+  std::unique_ptr<ChunkCompressor> compressor;
+  if (options.topk_ratio > 0) {
+    PS_ASSIGN_OR_RETURN(compressor,
+                        ChunkCompressor::Create(placement, options.topk_ratio,
+                                                options.wire_dtype,
+                                                options.compression_counters));
+  }
+  return std::unique_ptr<ParameterClient>(
+      new ClientImpl(options, job_id, worker_id, placement,
+                     std::move(transport), clock, std::move(compressor)));
 }
 
 // The defaults, for implementations without sparse tables (fakes).

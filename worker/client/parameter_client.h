@@ -43,6 +43,7 @@
 #include "common/wire/placement.h"
 #include "proto/config.pb.h"
 #include "worker/client/buffers.h"
+#include "worker/client/chunk_compression.h"
 #include "worker/client/session.h"
 #include "worker/client/ticket.h"
 #include "worker/client/transport.h"
@@ -64,6 +65,13 @@ struct ParameterClientOptions {
   absl::Duration call_timeout = absl::Seconds(30);
   RetryPolicy retry;
   DType wire_dtype = FLOAT32;  // FLOAT16 / BFLOAT16 halve the bytes
+  // JobSpec.compression TOPK: > 0, each chunk's gradient is pushed as its
+  // top `topk_ratio` share of entries with error feedback, values in
+  // wire_dtype (chunk_compression.h); in (0, 1]. 0: dense pushes.
+  double topk_ratio = 0;
+  // Where compressed pushes are counted (may be null); must outlive the
+  // client.
+  CompressionCounters* compression_counters = nullptr;
   // The job's incarnation (WorkerAssignment.incarnation): push sequence
   // numbers are SeqBase(incarnation) + 1, + 2, ... (common/platform/rpc.h).
   int64_t incarnation = 0;

@@ -563,6 +563,13 @@ absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
   co.retry.total_deadline = options.retry_deadline;
   co.incarnation = a.incarnation();
   co.wait_spin = options.wait_spin;
+  if (a.spec().compression().wire_dtype() != DTYPE_UNSPECIFIED) {
+    co.wire_dtype = a.spec().compression().wire_dtype();
+  }
+  if (a.spec().compression().kind() == CompressionSpec::TOPK) {
+    co.topk_ratio = a.spec().compression().ratio();
+    co.compression_counters = options.compression_counters;
+  }
   co.sparse_tables.assign(a.spec().model().sparse_tables().begin(),
                           a.spec().model().sparse_tables().end());
   co.pipeline_step_end = a.spec().consistency().model() != ConsistencySpec::BSP;

@@ -35,11 +35,16 @@ struct PsAccessOptions {
   absl::Duration wait_spin = absl::Microseconds(300);
   // Set by the daemon to stop waiting (job cancelled, SIGTERM).
   const std::atomic<bool>* stop = nullptr;
+  // Where the job's compressed pushes are counted (JobSpec.compression;
+  // may be null); must outlive the access.
+  CompressionCounters* compression_counters = nullptr;
 };
 
 // Connects to the assignment's shards (the job's placement, a client with
-// the retry deadline and wait spin of `options`). FAILED_PRECONDITION for a
-// job without servers; the model's and the client's errors.
+// the retry deadline and wait spin of `options`, compressing dense
+// gradients as the job's compression says: chunk_compression.h).
+// FAILED_PRECONDITION for a job without servers; the model's and the client's
+// errors.
 absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
     const WorkerAssignment& assignment, const PsAccessOptions& options);
 

@@ -2,10 +2,10 @@
 // Gradient Compression; BytePS's compressors): of each tensor's gradient
 // plus the residual it carries, only the k entries of largest magnitude
 // are sent; the rest stays in the residual and is added to the next
-// step's gradient, so nothing is lost, only delayed. The worker's side of
-// [Hosts]' gradient compression: the unit that chooses what is sent. Not
-// yet wired to the wire format or the shards (sent entries are to travel
-// as a sparse update of the dense tensor).
+// step's gradient, so nothing is lost, only delayed. The unit that chooses
+// what is sent; chunk_compression.h runs it per placement chunk for the
+// parameter client (JobSpec.compression), whose pushes carry the entries
+// as a sparse update of the dense tensor (ChunkPayload.indices).
 #ifndef PS_WORKER_CLIENT_TOPK_COMPRESSION_H_
 #define PS_WORKER_CLIENT_TOPK_COMPRESSION_H_
 

@@ -245,7 +245,8 @@ absl::StatusOr<TrainResult> TrainOnStreamedData(
   const MetricStamp stamp(clock, budget.steps_per_epoch);
   MetricWindow window(&stamp, clock,
                       {.report_every_steps = options.report_every_steps,
-                       .batch_size = d.batch_size()});
+                       .batch_size = d.batch_size(),
+                       .extra = options.report_extra});
   TestScorer scorer;
   if (!d.test_files().empty()) {
     scorer = [&d, params](TrainableModel* m, int64_t step) {

@@ -57,19 +57,24 @@ void MetricWindow::Report(int64_t clock, const MetricSink& sink) {
   const double n = static_cast<double>(steps_);
   const double secs = absl::ToDoubleSeconds(clock_->Now() - start_);
   const MetricStamp& s = *stamp_;
-  sink(
-      {s.Point("train_loss", loss_ / n, clock),
-       s.Point("examples_per_sec",
-               secs > 0 ? n * options_.batch_size / secs : 0, clock),
-       s.Point("step_time_ms", secs * 1000 / n, clock),
-       s.Point("wait_ms", wait_ / n, clock),
-       s.Point("pull_ms", pull_ / n, clock),
-       s.Point("compute_ms", compute_ / n, clock),
-       s.Point("push_ms", push_ / n, clock),
-       s.Point("staleness",
-               staleness_ends_ > 0 ? staleness_ / staleness_ends_ : 0.0, clock),
-       s.Point("clock", static_cast<double>(clock), clock)},
-      false);
+  std::vector<MetricPoint> points = {
+      s.Point("train_loss", loss_ / n, clock),
+      s.Point("examples_per_sec", secs > 0 ? n * options_.batch_size / secs : 0,
+              clock),
+      s.Point("step_time_ms", secs * 1000 / n, clock),
+      s.Point("wait_ms", wait_ / n, clock),
+      s.Point("pull_ms", pull_ / n, clock),
+      s.Point("compute_ms", compute_ / n, clock),
+      s.Point("push_ms", push_ / n, clock),
+      s.Point("staleness",
+              staleness_ends_ > 0 ? staleness_ / staleness_ends_ : 0.0, clock),
+      s.Point("clock", static_cast<double>(clock), clock)};
+  if (options_.extra) {
+    for (const auto& [name, value] : options_.extra()) {
+      points.push_back(s.Point(name, value, clock));
+    }
+  }
+  sink(std::move(points), false);
   Reset();
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -43,17 +44,25 @@ struct StepSplit {
   absl::Duration push;     // ending the step
 };
 
+// More points for a report, (name, value) each.
+using ExtraPoints =
+    std::function<std::vector<std::pair<std::string, double>>()>;
+
 struct MetricWindowOptions {
   // Report every this many steps (and after the job's last).
   int report_every_steps = 20;
   int batch_size = 1;  // examples per step
+  // Called at each report for points to send with it (the daemon's
+  // compression counters); unset: none.
+  ExtraPoints extra = nullptr;
 };
 
 // The steps since the last report. Report() sends train_loss,
 // examples_per_sec (over the window's wall time), step_time_ms, wait_ms,
 // pull_ms, compute_ms, push_ms (means per step), staleness (mean over the
-// step ends whose staleness is known; 0 if none) and clock, then starts a
-// new window. `stamp` and `clock` are not owned. Thread-compatible.
+// step ends whose staleness is known; 0 if none), clock and options.extra's
+// points, then starts a new window. `stamp` and `clock` are not owned.
+// Thread-compatible.
 class MetricWindow {
  public:
   // The first window starts now.

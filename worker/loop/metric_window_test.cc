@@ -76,6 +76,32 @@ TEST(MetricWindow, ReportsMeansAndThroughputOfItsSteps) {
   }
 }
 
+TEST(MetricWindow, ExtraPointsGoWithEachReport) {
+  FakeClock clock;
+  const MetricStamp stamp(&clock, 10);
+  int calls = 0;
+  MetricWindow window(
+      &stamp, &clock,
+      {.report_every_steps = 20, .batch_size = 1, .extra = [&calls] {
+         ++calls;
+         return std::vector<std::pair<std::string, double>>{
+             {"topk_sent_fraction", 0.1 * calls}};
+       }});
+  Reports r;
+  window.Report(1, r.Sink());  // no steps: nothing, not even the extras
+  EXPECT_EQ(calls, 0);
+  for (int i = 1; i <= 2; ++i) {
+    window.AddStep(1, Split(0, 0, 1, 0));
+    clock.AdvanceMs(5);
+    window.Report(i, r.Sink());
+  }
+  ASSERT_EQ(r.calls, 2);
+  EXPECT_EQ(r.points[0].size(), 10u);
+  EXPECT_DOUBLE_EQ(r.points[0]["topk_sent_fraction"].value(), 0.1);
+  EXPECT_DOUBLE_EQ(r.points[1]["topk_sent_fraction"].value(), 0.2);
+  EXPECT_EQ(r.points[1]["topk_sent_fraction"].step(), 2);
+}
+
 TEST(MetricWindow, StalenessIsAveragedOverTheStepEndsThatReportedIt) {
   FakeClock clock;
   const MetricStamp stamp(&clock, 10);

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "proto/coordinator_service.pb.h"
 #include "worker/loop/evaluator.h"
+#include "worker/loop/metric_window.h"
 
 namespace ps::worker {
 
@@ -39,6 +40,8 @@ struct TrainerOptions {
   // otherwise). Unset: this worker's steps are the job's (final at once).
   std::function<bool()> others_done;
   absl::Duration final_evaluation_wait = absl::Seconds(5);
+  // Points sent with every training report (MetricWindowOptions::extra).
+  ExtraPoints report_extra;
 };
 
 struct TrainResult {

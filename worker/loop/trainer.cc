@@ -165,7 +165,8 @@ absl::StatusOr<TrainResult> Train(
                       pipeline->clock());
   MetricWindow window(&stamp, clock,
                       {.report_every_steps = options.report_every_steps,
-                       .batch_size = spec.data().batch_size()});
+                       .batch_size = spec.data().batch_size(),
+                       .extra = options.report_extra});
 
   TrainResult result;
   while (pipeline->clock() < (total_steps = batches.End())) {
