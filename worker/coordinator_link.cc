@@ -36,7 +36,11 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
 
   absl::Status Start(absl::Time deadline) override {
     absl::Duration backoff = absl::Milliseconds(100);
-    for (;;) {
+    if (options_.member_id > 0) {
+      absl::MutexLock l(&mu_);
+      member_id_ = options_.member_id;
+    }
+    while (options_.member_id <= 0) {
       absl::Status s = Register();
       if (s.ok()) break;
       if (!IsRetryable(s) || absl::Now() + backoff > deadline) {
@@ -130,6 +134,16 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
   }
 
   bool Connected() const override { return connected_; }
+
+  void PauseHeartbeats() override {
+    absl::MutexLock l(&mu_);
+    paused_ = true;
+  }
+  void ResumeHeartbeats() override {
+    absl::MutexLock l(&mu_);
+    paused_ = false;
+    beat_now_ = true;
+  }
 
   void Stop() override {
     {
@@ -304,10 +318,14 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
       HeartbeatRequest req;
       {
         absl::MutexLock l(&mu_);
-        if (mu_.AwaitWithTimeout(absl::Condition(&stopped_),
-                                 options_.heartbeat_interval)) {
-          return;
-        }
+        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopped_ || beat_now_;
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&wake),
+                             options_.heartbeat_interval);
+        if (stopped_) return;
+        beat_now_ = false;
+        if (paused_) continue;
         req.set_member_id(member_id_);
         req.set_job_id(job_id_);
         req.set_clock(clock_);
@@ -360,6 +378,8 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
   int64_t steps_per_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   WorkerAssignment assignment_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;    // PauseHeartbeats
+  bool beat_now_ ABSL_GUARDED_BY(mu_) = false;  // ResumeHeartbeats
   absl::Time stop_deadline_ ABSL_GUARDED_BY(mu_);
   std::deque<Report> outbox_ ABSL_GUARDED_BY(mu_);
   int64_t last_report_id_ ABSL_GUARDED_BY(mu_) = 0;

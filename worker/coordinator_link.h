@@ -43,6 +43,10 @@ struct CoordinatorLinkOptions {
   // TLS to the coordinator (off when empty); with cert_file and key_file this
   // worker presents a client certificate (mutual TLS).
   TlsOptions tls;
+  // > 0: speak as this member, registered already by another process (a
+  // job's Python entrypoint started by its ps_worker, which pauses its own
+  // heartbeats meanwhile): Start() does not register first.
+  int64_t member_id = 0;
 };
 
 // Thread-safe. Start() starts a heartbeat thread and a thread that delivers
@@ -90,6 +94,12 @@ class CoordinatorLink {
 
   // Whether the last heartbeat reached the coordinator.
   virtual bool Connected() const = 0;
+
+  // While paused no heartbeat is sent (another process speaks for this
+  // member: a Python entrypoint attached with CoordinatorLinkOptions::
+  // member_id); Resume() sends one at once.
+  virtual void PauseHeartbeats() = 0;
+  virtual void ResumeHeartbeats() = 0;
 
   // Stops heartbeating, and delivering reports once the outbox is empty or
   // flush_on_stop has passed (idempotent).

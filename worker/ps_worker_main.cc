@@ -1,6 +1,7 @@
 // ps_worker: registers with the coordinator, waits for an assignment, and
 // trains its part of the job on its device (a CUDA GPU or the CPU).
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +31,7 @@
 #include "worker/client/ps_access.h"
 #include "worker/coordinator_link.h"
 #include "worker/data/dataset.h"
+#include "worker/entrypoint.h"
 #include "worker/health_server.h"
 #include "worker/loop/trainer.h"
 
@@ -55,6 +57,8 @@ ABSL_FLAG(int, health_port, -1,
           "--health_host:PORT: SERVING while heartbeats reach the "
           "coordinator (for Kubernetes probes). -1: off; 0: a free port.");
 ABSL_FLAG(std::string, health_host, "0.0.0.0", "Interface for --health_port.");
+ABSL_FLAG(std::string, python, "/usr/bin/python3",
+          "The interpreter for jobs with a python.script (docs/python.md).");
 
 namespace ps::worker {
 namespace {
@@ -305,10 +309,80 @@ class AssignmentWatcher {
   std::thread thread_;
 };
 
+// The environment a job's Python entrypoint gets: how to reach the
+// coordinator as this worker's member (the `ps` package reads it), and the
+// package itself next to this binary when it is there (Bazel's tree).
+std::vector<std::string> EntrypointEnvironment(const WorkerProcess& w,
+                                               const WorkerAssignment& job) {
+  const CoordinatorFlags coordinator = CoordinatorFromFlags();
+  std::vector<std::string> env = {
+      absl::StrCat("PS_MEMBER_ID=", w.link->member_id()),
+      absl::StrCat("PS_DEVICE=", w.device.name),
+      absl::StrCat("PS_TOKEN=", w.token),
+      absl::StrCat("PS_JOB_ID=", job.job_id()),
+      absl::StrCat("PS_TLS_CERT=", w.tls.cert_file),
+      absl::StrCat("PS_TLS_KEY=", w.tls.key_file),
+      absl::StrCat("PS_TLS_CA=", w.tls.ca_file),
+      absl::StrCat("PS_COORDINATOR=", coordinator.address),
+      absl::StrCat("PS_COORDINATOR_FILE=", coordinator.file)};
+  char exe[4096] = {0};
+  if (readlink("/proc/self/exe", exe, sizeof(exe) - 1) > 0) {
+    std::string dir(exe);
+    dir = dir.substr(0, dir.rfind('/')) + "/python";
+    if (access((dir + "/ps/__init__.py").c_str(), R_OK) == 0) {
+      const char* path = std::getenv("PYTHONPATH");
+      env.push_back(absl::StrCat("PYTHONPATH=", dir,
+                                 path != nullptr && *path ? ":" : "",
+                                 path != nullptr ? path : ""));
+    }
+  }
+  return env;
+}
+
+// A job with a python.script: runs the script (it speaks for this member
+// while this process's heartbeats pause) until it ends or the job stops.
+absl::Status RunPythonEntrypoint(WorkerProcess& w, const WorkerAssignment& job,
+                                 JobControl& control) {
+  const PythonSpec& py = job.spec().python();
+  std::vector<std::string> argv = {absl::GetFlag(FLAGS_python), py.script()};
+  argv.insert(argv.end(), py.args().begin(), py.args().end());
+  std::fprintf(stderr, "worker: job %s: running %s %s\n", job.job_id().c_str(),
+               argv[0].c_str(), py.script().c_str());
+  w.link->PauseHeartbeats();
+  absl::StatusOr<EntrypointResult> r = RunEntrypoint(
+      argv, EntrypointEnvironment(w, job), &control.stop, absl::Seconds(10));
+  w.link->ResumeHeartbeats();
+  PS_RETURN_IF_ERROR(r.status());
+  if (!r->ok()) {
+    // A stop or a rollback ends the script too: the heartbeats that
+    // resumed tell (the watcher sets control.stop).
+    const absl::Time until =
+        absl::Now() +
+        3 * absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+    while (!control.stop && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  if (r->stopped || (control.stop && !r->ok())) {
+    return absl::CancelledError(absl::StrCat("python entrypoint ", py.script(),
+                                             " ", r->Describe(),
+                                             " as the job stopped"));
+  }
+  if (!r->ok()) {
+    std::string tail = r->stderr_tail;
+    if (tail.size() > 1000) tail = "..." + tail.substr(tail.size() - 1000);
+    return absl::FailedPreconditionError(
+        absl::StrCat("python entrypoint ", py.script(), " ", r->Describe(),
+                     "; its stderr ends: ", tail));
+  }
+  return absl::OkStatus();
+}
+
 // Loads the job's data, connects to its servers and trains until the job
 // ends or `control` stops it.
 absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
                       JobControl& control) {
+  if (job.spec().has_python()) return RunPythonEntrypoint(w, job, control);
   std::shared_ptr<const Dataset> train, test;
   const std::string dir = absl::GetFlag(FLAGS_data_root).empty()
                               ? job.spec().data().path()
@@ -516,6 +590,8 @@ int main(int argc, char** argv) {
       "worker first counts the training examples in one streaming pass over "
       "them to size an epoch, unless the coordinator already has a worker's "
       "count (docs/data.md).\n"
+      "Jobs with python { script } run that script instead, with --python, "
+      "speaking for this worker (docs/python.md).\n"
       "Environment: PS_TOKEN (the cluster token without --token_file); "
       "PS_MALLOC_TUNING=0 keeps glibc's allocator defaults instead of "
       "keeping freed message buffers (up to 256 MB) in the process; "

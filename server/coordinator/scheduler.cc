@@ -46,7 +46,10 @@ std::vector<int64_t> WorkersFor(const std::vector<int64_t>& workers,
   std::vector<int64_t> out;
   for (int64_t id : workers) {
     const std::optional<Member> m = members.Get(id);
-    if (m.has_value() && (m->device() == "python") == spec.has_python()) {
+    // A Python job with a script runs on ps_worker daemons, which start it.
+    const bool wants_python =
+        spec.has_python() && spec.python().script().empty();
+    if (m.has_value() && (m->device() == "python") == wants_python) {
       out.push_back(id);
     }
   }

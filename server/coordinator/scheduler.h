@@ -37,8 +37,9 @@ bool IsBusy(JobTable& table, int64_t member_id)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
 
 // Of `workers`, those that can train `spec`: Python workers (registered
-// with device "python", the ps package) take the jobs with `python {}`,
-// the other workers every other job.
+// with device "python", the ps package) take the jobs with `python {}`
+// and no script; ps_worker daemons every other job (a python.script they
+// start themselves).
 std::vector<int64_t> WorkersFor(const std::vector<int64_t>& workers,
                                 const Membership& members, const JobSpec& spec);
 

@@ -109,6 +109,8 @@ TEST_F(SchedulerTest, PythonJobsTakePythonWorkersAndOthersTheRest) {
   const std::vector<int64_t> all = {cpu, python, gpu, 99};  // 99: unknown
   EXPECT_EQ(WorkersFor(all, members_, plain), (std::vector<int64_t>{cpu, gpu}));
   EXPECT_EQ(WorkersFor(all, members_, py), std::vector<int64_t>{python});
+  py.mutable_python()->set_script("train.py");  // ps_worker starts it
+  EXPECT_EQ(WorkersFor(all, members_, py), (std::vector<int64_t>{cpu, gpu}));
 }
 
 TEST_F(SchedulerTest, TheOldestQueuedJobStartsOnEveryServer) {

@@ -207,6 +207,10 @@ class Access {
     return Live()->PartBoundaries(index);
   }
 
+  // Makes every wait, now and later, end with CANCELLED (from any thread:
+  // the job's watcher on a stop or a rollback).
+  void Stop() { stop_ = true; }
+
   // Stops every wait (CANCELLED) and ends the calls in flight; the access
   // takes no call after it.
   void Close() {
@@ -335,6 +339,8 @@ void BindAccess(py::module_& m) {
            "Ends step `clock` with its last gradients; brings back the next "
            "step's weights and rows. Returns a Call.")
       .def("part_boundaries", &Access::PartBoundaries, py::arg("index"))
+      .def("stop", &Access::Stop,
+           "Ends every wait with ps.Cancelled (thread-safe).")
       .def("close", &Access::Close);
 }
 

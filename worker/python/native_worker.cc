@@ -96,12 +96,14 @@ class Worker {
   Worker(const std::string& address, const std::string& file,
          const std::string& token, double heartbeat_s, double start_timeout_s,
          const std::string& tls_cert, const std::string& tls_key,
-         const std::string& tls_ca) {
+         const std::string& tls_ca, int64_t member_id,
+         const std::string& device) {
     worker::CoordinatorLinkOptions o;
     o.address = address;
     o.file = file;
     o.token = token;
-    o.device = "python";
+    o.device = device;
+    o.member_id = member_id;
     o.heartbeat_interval = Seconds(heartbeat_s);
     o.tls.cert_file = tls_cert;
     o.tls.key_file = tls_key;
@@ -283,11 +285,14 @@ void BindWorker(py::module_& m) {
                      "Registration with the coordinator and heartbeats.")
       .def(py::init<const std::string&, const std::string&, const std::string&,
                     double, double, const std::string&, const std::string&,
-                    const std::string&>(),
+                    const std::string&, int64_t, const std::string&>(),
            py::arg("address") = "", py::arg("file") = "", py::arg("token") = "",
            py::arg("heartbeat_s") = 0.5, py::arg("start_timeout_s") = 300.0,
            py::arg("tls_cert") = "", py::arg("tls_key") = "",
-           py::arg("tls_ca") = "")
+           py::arg("tls_ca") = "", py::arg("member_id") = 0,
+           py::arg("device") = "python",
+           "member_id > 0: speak as that member, which the ps_worker that "
+           "started this process registered (no registration here).")
       .def_property_readonly("member_id", &Worker::member_id)
       .def_property_readonly("connected", &Worker::connected)
       .def("wait_for_change", &Worker::WaitForChange, py::arg("known"),

@@ -56,7 +56,9 @@ class Worker:
         (the coordinator's --coordinator_file), else PS_COORDINATOR or
         PS_COORDINATOR_FILE. The token: `token`, `token_file`,
         PS_TOKEN_FILE or PS_TOKEN. TLS files: the arguments or
-        PS_TLS_CERT, PS_TLS_KEY, PS_TLS_CA."""
+        PS_TLS_CERT, PS_TLS_KEY, PS_TLS_CA. Started by a ps_worker for a
+        job's python.script, PS_MEMBER_ID and PS_DEVICE name the member it
+        speaks for (that ps_worker's)."""
         address = coordinator or _env("PS_COORDINATOR")
         file = coordinator_file or _env("PS_COORDINATOR_FILE")
         if not address and not file:
@@ -80,6 +82,8 @@ class Worker:
             tls_cert=self._tls[0],
             tls_key=self._tls[1],
             tls_ca=self._tls[2],
+            member_id=int(_env("PS_MEMBER_ID") or 0),
+            device=_env("PS_DEVICE") or "python",
         )
         self._seen = _native.Assignment()
         self._finished = ("", 0, 0)  # job id, membership epoch, incarnation
@@ -153,6 +157,7 @@ class Job:
         self.report_every_steps = 20
         self._watching = True
         self._over = False
+        self._accesses = []
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
         atexit.register(self._stop_watching)
@@ -165,8 +170,12 @@ class Job:
     def __exit__(self, exc_type, exc, tb):
         """An exception out of the block fails the job with its message
         (psctl events shows it) instead of leaving the coordinator to notice
-        the silence; a block that ends without finish() closes the job."""
-        if exc_type is not None and not self._over and exc_type is not KeyboardInterrupt:
+        the silence; ps.Cancelled (the job stopped or rolled back) does
+        not. A block that ends without finish() closes the job."""
+        stopped = exc_type is not None and issubclass(
+            exc_type, (KeyboardInterrupt, _native.Cancelled)
+        )
+        if exc_type is not None and not self._over and not stopped:
             lines = traceback.format_exception_only(exc_type, exc)
             try:
                 self.fail(f"Python worker: {''.join(lines).strip()}")
@@ -192,6 +201,10 @@ class Job:
             elif seen.incarnation != self.incarnation:
                 self.rolled_back = True
                 self.stopped = True
+            if self.stopped:  # the waits on the shards end too
+                for access in self._accesses:
+                    access.stop()
+                return
             else:
                 self.evaluator = seen.evaluator
                 self.others_done = seen.others_done
@@ -220,7 +233,7 @@ class Job:
 
     def _access(self, retry_s):
         tls = self.worker._tls
-        return _native.Access(
+        access = _native.Access(
             self.assignment,
             self.worker.member_id,
             token=self.worker._token,
@@ -229,6 +242,10 @@ class Job:
             tls_key=tls[1],
             tls_ca=tls[2],
         )
+        self._accesses.append(access)
+        if self.stopped:
+            access.stop()
+        return access
 
     def _progress(self, clock):
         self.worker._native.set_progress(self.id, clock, self.incarnation)
@@ -289,14 +306,15 @@ class Job:
         points = [self._point(k, v, step, final_model) for k, v in values.items()]
         self.worker._native.report(self.id, self.incarnation, points, False)
 
-    def finish(self, clock, evaluate=None, timeout_s=600.0):
+    def finish(self, clock, evaluate=None, timeout_s=None):
         """This worker's share of the job ended at `clock`: its last
-        metrics and the done mark go to the coordinator. Returns once the
-        coordinator has taken the share as finished (the job ended, or this
-        worker is done in it). When every worker is done the coordinator
-        may ask the evaluator for an evaluation of the final model:
-        `evaluate()` (if given) is then called and returns the test_*
-        values to report (e.g. {"test_auc": 0.79}), with final_model set."""
+        metrics and the done mark go to the coordinator. Returns when the
+        job is over (or after `timeout_s`), as ps_worker would stay: once
+        every worker is done the coordinator may ask the evaluator (this
+        worker, or this one after the evaluator left) for an evaluation of
+        the final model: `evaluate()` (if given) is then called and returns
+        the test_* values to report (e.g. {"test_auc": 0.79}), with
+        final_model set."""
         # The watcher first: once the done mark is out, the assignment it
         # would take is the coordinator's answer to it, which the loop below
         # must see as a change.
@@ -307,17 +325,17 @@ class Job:
         self._report_window(clock)
         self.worker._native.report(self.id, self.incarnation, [], True)
         self.worker._native.flush(30.0)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while deadline is None or time.monotonic() < deadline:
             seen = self.worker._native.wait_for_change(seen, 0.5)
-            if seen.command != "TRAIN" or seen.job_id != self.id or seen.done:
-                break
+            if seen.command != "TRAIN" or seen.job_id != self.id:
+                break  # the job is over
             if seen.incarnation != self.incarnation:
                 raise _native.Cancelled(
                     f"job {self.id}: rolled back to a checkpoint after this "
                     "worker finished"
                 )
-            if seen.membership_epoch == epoch:
+            if seen.done or seen.membership_epoch == epoch:
                 continue
             # Done again at a later membership epoch: the final evaluation
             # (the evaluator), or a plan that grew past `clock`.

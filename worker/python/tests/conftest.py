@@ -34,6 +34,7 @@ class Cluster:
         self.psctl_path = os.path.join(self.bin_dir, "tools", "psctl", "psctl")
         self.tmp = tempfile.mkdtemp(prefix="ps-py-", dir=os.environ.get("TEST_TMPDIR"))
         self.run_dir = os.path.join(self.tmp, "cluster")
+        self.jobs = []
         self.psctl(
             "cluster", "up", "--servers", str(servers), "--workers", str(workers),
             "--device", "cpu", "--bin_dir", self.bin_dir,
@@ -53,9 +54,12 @@ class Cluster:
             )
 
     def psctl(self, *args, check=True):
+        # Daemons started here inherit it: ps_worker passes it on to the
+        # Python entrypoints it starts.
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
         r = subprocess.run(
             [self.psctl_path, "--run_dir", self.run_dir, "--timeout", "20", *args],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True, text=True, timeout=120, env=env,
         )
         if check and r.returncode != 0:
             raise AssertionError(
@@ -67,7 +71,9 @@ class Cluster:
         path = os.path.join(self.tmp, f"job{time.monotonic_ns()}.pbtxt")
         with open(path, "w", encoding="utf-8") as f:
             f.write(spec_text)
-        return self.psctl("submit", path).stdout.split()[0]
+        job_id = self.psctl("submit", path).stdout.split()[0]
+        self.jobs.append(job_id)
+        return job_id
 
     def state(self, job_id):
         out = self.psctl("status", job_id).stdout
@@ -86,6 +92,9 @@ class Cluster:
     def logs(self):
         d = os.path.join(self.run_dir, "logs")
         out = []
+        for job_id in self.jobs:
+            r = self.psctl("events", job_id, check=False)
+            out.append(f"== events of {job_id}\n{r.stdout}{r.stderr}")
         for name in sorted(os.listdir(d)):
             with open(os.path.join(d, name), encoding="utf-8", errors="replace") as f:
                 out.append(f"== {name}\n" + f.read()[-3000:])

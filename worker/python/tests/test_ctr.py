@@ -106,3 +106,29 @@ def test_two_python_workers(click_log, script, model):
         assert auc >= cpp_auc - 0.005
     finally:
         cluster.down()
+
+
+def test_ps_workers_start_the_script(click_log):
+    """python { script } : two ps_worker daemons each start ctr_fm.py for
+    their rank; a script that exits non-zero fails the job with its
+    stderr's tail in the events."""
+    d, _ = click_log
+    with open(os.path.join(EXAMPLES, "ctr_fm_bsp.pbtxt"), encoding="utf-8") as f:
+        spec = with_data(f.read(), d).replace("epochs: 3", "epochs: 1")
+    script = os.path.join(EXAMPLES, "ctr_fm.py")
+    spec = re.sub(r"^python \{\}.*$", f'python {{ script: "{script}" }}', spec, flags=re.M)
+    bad = os.path.join(d, "bad.py")
+    with open(bad, "w", encoding="utf-8") as f:
+        f.write("import sys\nsys.stderr.write('no such table: ads\\n')\nsys.exit(3)\n")
+    cluster = Cluster(servers=2, join=False, workers=2)
+    try:
+        job_id = cluster.submit(spec)
+        assert cluster.wait_state(job_id, timeout_s=240) == "SUCCEEDED", cluster.logs()
+        auc, _ = status_of(cluster, job_id)
+        assert auc > 0.7
+        bad_id = cluster.submit(spec.replace(script, bad))
+        assert cluster.wait_state(bad_id, timeout_s=60) == "FAILED", cluster.logs()
+        events = cluster.psctl("events", bad_id).stdout
+        assert "exited with status 3; its stderr ends: no such table: ads" in events, events
+    finally:
+        cluster.down()
