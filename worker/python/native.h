@@ -47,6 +47,8 @@ void BindWorker(pybind11::module_& m);
 void BindAccess(pybind11::module_& m);
 // Data: the job's training and test data through the worker's readers.
 void BindData(pybind11::module_& m);
+// read_checkpoint: a job's checkpoint files as numpy arrays.
+void BindCheckpoint(pybind11::module_& m);
 
 }  // namespace ps::python
 

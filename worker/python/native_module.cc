@@ -77,4 +77,5 @@ PYBIND11_MODULE(_native, m) {
   ps::python::BindWorker(m);
   ps::python::BindAccess(m);
   ps::python::BindData(m);
+  ps::python::BindCheckpoint(m);
 }

@@ -8,6 +8,7 @@ Importing ps needs numpy only; ps.torch needs torch. docs/python.md.
 """
 
 from ps._loader import native as _native
+from ps.checkpoint import read_checkpoint
 from ps.data import Data
 from ps.session import Session
 from ps.worker import Job, Worker
@@ -26,4 +27,5 @@ __all__ = [
     "Session",
     "Unavailable",
     "Worker",
+    "read_checkpoint",
 ]
