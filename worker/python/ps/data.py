@@ -6,20 +6,24 @@
         batch = data.batch(step)   # the batch the worker's data plan names
         batch["dense"], batch["labels"], batch["sparse"]["C1"]  # numpy
 
-Text formats (Criteo, libsvm, MovieLens) as ps_worker reads them: the
-same shards, shuffle and batch addresses, so the coordinator's data plans,
-a dead worker's leftover data and a rejoining worker's catch-up work as
-for ps_worker. A batch is a dict: size, dense [size, dense_dim] float32,
-labels [size] (float32; int32 classes) or None, sparse {field: (keys
-uint64, offsets int64 [size + 1], weights float32 or None)}.
+Text formats (Criteo, libsvm, MovieLens) and IDX images (Fashion-MNIST,
+data.path) as ps_worker reads them: the same shards, shuffle and batch
+addresses, so the coordinator's data plans, a dead worker's leftover data
+and a rejoining worker's catch-up work as for ps_worker. A batch is a
+dict: size, dense [size, dense_dim] float32 (IDX: the pixels, scaled and
+centred as ps_worker's unless data.no_normalize), labels [size] (float32;
+int32 classes) or None, sparse {field: (keys uint64, offsets int64
+[size + 1], weights float32 or None)}.
 """
 
 from ps._loader import native as _native
 
 
 class Data:
-    def __init__(self, job):
-        self._native = _native.Data(job.assignment)
+    def __init__(self, job, data_root=""):
+        """`data_root`: IDX data only, the directory of the .gz files on
+        this host instead of the job's data.path."""
+        self._native = _native.Data(job.assignment, data_root)
         # Counted in one pass over the training files unless the job sets
         # data.max_steps or a worker counted them already.
         self.shard_steps, self.steps_per_epoch = self._native.shape()
