@@ -74,7 +74,8 @@ def cpp_run(click_log, config):
 
 @pytest.mark.parametrize(
     "script,model",
-    [("ctr_fm", "BSP"), ("ctr_fm", "ASP"), ("ctr_dlrm", "BSP")],
+    [("ctr_fm", "BSP"), ("ctr_fm", "ASP"), ("ctr_fm", "SSP staleness: 3"),
+     ("ctr_dlrm", "BSP")],
 )
 def test_two_python_workers(click_log, script, model):
     d, truth = click_log
