@@ -115,6 +115,8 @@ else
     # --symlink_prefix=/: leave the workspace's bazel-* links to step 1's
     # output base (a link into another one would be walked as a package).
     # --build_tests_only: the benchmarks in those packages are not built here.
+    # Not //worker/python: its native module is loaded by Debian's
+    # uninstrumented Python, which cannot take a sanitizer runtime.
     san_flags=(--config=nocuda --keep_going --test_summary=short --symlink_prefix=/
                --build_tests_only)
     [[ -n "${CI:-}" ]] && san_flags+=(--curses=no --show_progress_rate_limit=60)
@@ -122,7 +124,8 @@ else
       --config=asan "${san_flags[@]}" \
       --test_env=LSAN_OPTIONS=suppressions="$root/tools/sanitizers/lsan.supp" \
       --test_env=UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions="$root/tools/sanitizers/ubsan.supp" \
-      //common/... //kernels/... //server/... //worker/... //tools/psctl:report_test \
+      -- //common/... //kernels/... //server/... //worker/... -//worker/python/... \
+      //tools/psctl:report_test \
       //tests:parameter_client_grpc_test \
       //tests:ps_server_grpc_test //tests:ps_server_bad_input_test \
       //tests:coordinator_lifecycle_test //tests:coordinator_bad_input_test \
@@ -139,7 +142,8 @@ else
         --test_env=LD_PRELOAD="$shim" \
         --test_env=PS_TSAN_SHIM_SHA256="$(sha256sum "$shim" | cut -c1-64)" \
         --test_env=TSAN_OPTIONS=suppressions="$root/tools/sanitizers/tsan.supp":halt_on_error=1:second_deadlock_stack=1 \
-        //tools/sanitizers:all //common/... //server/... //worker/... \
+        -- //tools/sanitizers:all //common/... //server/... //worker/... \
+        -//worker/python/... \
         //kernels:cuda_emulated_backend_test //kernels:cpu_backend_test \
         //tests:parameter_client_grpc_test \
         //tests:ps_server_grpc_test //tests:coordinator_lifecycle_test \
