@@ -34,7 +34,7 @@
 #include "common/platform/metrics.h"
 #include "common/wire/placement.h"
 #include "proto/config.pb.h"
-#include "server/shard/checkpoint.h"
+#include "common/wire/checkpoint.h"
 #include "server/shard/push_pull.h"
 #include "server/shard/seq_tracker.h"
 #include "server/shard/table.h"

@@ -1,5 +1,5 @@
 // A job's checkpoints on a shard: snapshots of its tables at one version,
-// written to <data_dir>/<job_id>/ (server/checkpoint.h: by tensor range, so
+// written to <data_dir>/<job_id>/ (common/wire/checkpoint.h: by tensor range, so
 // they restore onto any number of shards), and restores of the newest
 // checkpoint every table accepts.
 #ifndef PS_SERVER_SHARD_JOB_CHECKPOINT_H_
@@ -16,7 +16,7 @@
 #include "common/platform/clock.h"
 #include "common/platform/file_system.h"
 #include "proto/parameter_service.pb.h"
-#include "server/shard/checkpoint.h"
+#include "common/wire/checkpoint.h"
 #include "server/shard/job.h"
 
 namespace ps::server {

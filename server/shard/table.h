@@ -51,7 +51,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/shard/apply_pool.h"
-#include "server/shard/checkpoint.h"
+#include "common/wire/checkpoint.h"
 #include "server/shard/push_pull.h"
 
 namespace ps::server {

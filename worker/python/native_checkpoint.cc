@@ -1,5 +1,5 @@
 // ps._native.read_checkpoint: a job's checkpoint files (one per shard of
-// one version, server/shard/checkpoint.h) as numpy arrays, for evaluation
+// one version, common/wire/checkpoint.h) as numpy arrays, for evaluation
 // or serving outside the cluster.
 #include <algorithm>
 #include <cstdint>
@@ -11,11 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/platform/file_system.h"
 #include "common/spec/model.h"
+#include "common/wire/checkpoint.h"
 #include "google/protobuf/text_format.h"
 #include "pybind11/numpy.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
-#include "server/shard/checkpoint.h"
 #include "worker/python/native.h"
 
 namespace py = pybind11;
@@ -28,12 +28,12 @@ namespace {
 // tensor's shape}, tables: {name: (keys uint64, rows [n, dim] float32)}}.
 py::dict ReadCheckpoint(const std::vector<std::string>& paths) {
   if (paths.empty()) Check(absl::InvalidArgumentError("no checkpoint files"));
-  std::vector<server::CheckpointData> files;
+  std::vector<CheckpointData> files;
   {
     py::gil_scoped_release release;
     for (const std::string& p : paths) {
-      absl::StatusOr<server::CheckpointData> d =
-          server::ReadCheckpoint(FileSystem::Posix(), p);
+      absl::StatusOr<CheckpointData> d =
+          ps::ReadCheckpoint(FileSystem::Posix(), p);
       if (!d.ok()) {
         py::gil_scoped_acquire acquire;
         Check(d.status());
@@ -41,8 +41,8 @@ py::dict ReadCheckpoint(const std::vector<std::string>& paths) {
       files.push_back(*std::move(d));
     }
   }
-  const server::CheckpointData& first = files.front();
-  for (const server::CheckpointData& f : files) {
+  const CheckpointData& first = files.front();
+  for (const CheckpointData& f : files) {
     if (f.job_id != first.job_id || f.num_shards != first.num_shards) {
       Check(absl::InvalidArgumentError(
           absl::StrCat("the files are not of one checkpoint: job ", f.job_id,
@@ -75,9 +75,9 @@ py::dict ReadCheckpoint(const std::vector<std::string>& paths) {
   for (const SparseTableSpec& t : first.spec.model().sparse_tables()) {
     dims[t.name()] = t.dim();
   }
-  for (const server::CheckpointData& f : files) {
+  for (const CheckpointData& f : files) {
     version = std::min(version, f.version);
-    for (const server::CheckpointRange& r : f.ranges) {
+    for (const CheckpointRange& r : f.ranges) {
       auto it = dest.find(r.tensor_name);
       if (it == dest.end() || r.offset < 0 ||
           r.offset + static_cast<int64_t>(r.weights.size()) >
@@ -89,7 +89,7 @@ py::dict ReadCheckpoint(const std::vector<std::string>& paths) {
       std::copy(r.weights.begin(), r.weights.end(),
                 it->second.first + r.offset);
     }
-    for (const server::CheckpointSparseTable& t : f.sparse_tables) {
+    for (const CheckpointSparseTable& t : f.sparse_tables) {
       const int dim = dims.count(t.name) ? dims[t.name] : t.row_floats;
       auto& [keys, values] = rows[t.name];
       for (size_t i = 0; i < t.keys.size(); ++i) {

@@ -1,4 +1,4 @@
-#include "server/shard/checkpoint.h"
+#include "common/wire/checkpoint.h"
 
 #include <zlib.h>
 
@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/platform/status.h"
 
-namespace ps::server {
+namespace ps {
 namespace {
 
 constexpr char kMagic[8] = {'P', 'S', 'C', 'K', 'P', 'T', '0', '1'};
@@ -374,4 +374,4 @@ std::vector<CheckpointSet> ListOwnCheckpoints(FileSystem* fs,
   return sets;
 }
 
-}  // namespace ps::server
+}  // namespace ps

@@ -13,8 +13,8 @@
 //
 // Thread-compatible free functions over a FileSystem (not owned): callers
 // serialise writers of one dir.
-#ifndef PS_SERVER_SHARD_CHECKPOINT_H_
-#define PS_SERVER_SHARD_CHECKPOINT_H_
+#ifndef PS_COMMON_WIRE_CHECKPOINT_H_
+#define PS_COMMON_WIRE_CHECKPOINT_H_
 
 #include <cstdint>
 #include <string>
@@ -24,7 +24,7 @@
 #include "common/platform/file_system.h"
 #include "proto/config.pb.h"
 
-namespace ps::server {
+namespace ps {
 
 // One contiguous range of one tensor with its optimizer state.
 struct CheckpointRange {
@@ -100,6 +100,6 @@ std::vector<CheckpointSet> ListOwnCheckpoints(FileSystem* fs,
                                               const std::string& dir,
                                               int num_shards, int shard);
 
-}  // namespace ps::server
+}  // namespace ps
 
-#endif  // PS_SERVER_SHARD_CHECKPOINT_H_
+#endif  // PS_COMMON_WIRE_CHECKPOINT_H_

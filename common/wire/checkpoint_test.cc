@@ -1,4 +1,4 @@
-#include "server/shard/checkpoint.h"
+#include "common/wire/checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "common/platform/fault_injecting_file_system.h"
 #include "common/platform/file_system.h"
 
-namespace ps::server {
+namespace ps {
 namespace {
 
 FileSystem* Posix() { return FileSystem::Posix(); }
@@ -168,4 +168,4 @@ TEST(Checkpoint, AFailedWriteKeepsThePreviousCheckpoint) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps
