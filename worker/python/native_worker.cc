@@ -269,11 +269,6 @@ void BindWorker(py::module_& m) {
       .def("plan_end", &Assignment::PlanEnd, py::arg("shard_steps"))
       .def("batch_at", &Assignment::BatchAt, py::arg("clock"),
            py::arg("shard_steps"), py::arg("steps_per_epoch"))
-      .def("same_run",
-           [](const Assignment& a, const Assignment& b) {
-             return a.proto().job_id() == b.proto().job_id() &&
-                    a.proto().incarnation() == b.proto().incarnation();
-           })
       .def("__repr__", [](const Assignment& a) {
         return absl::StrCat("Assignment(", CommandName(a.proto().command()),
                             " job=", a.proto().job_id(),

@@ -157,7 +157,7 @@ class Session:
         self._tables = {n: (i, d) for i, (n, d) in enumerate(job.tables)}
         self.shard_steps, self.steps_per_epoch = job._data_shape(steps_per_epoch)
         self.total_steps = job.assignment.plan_end(self.shard_steps)
-        self.report_every_steps = max(1, int(report_every_steps))
+        job.report_every_steps = max(1, int(report_every_steps))  # Job's window
         self.access = job._access(retry_s)
         self.clock = job.start_step
         self.version = 0

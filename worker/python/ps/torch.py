@@ -63,7 +63,6 @@ class Trainer:
         self.job = job
         self.module = module
         self.params = [] if module is None else _ordered_parameters(job, module)
-        job.report_every_steps = report_every_steps
         arrays = [p.detach().numpy() for p in self.params]
         self.session = Session(
             job,
