@@ -215,6 +215,33 @@ TEST(ShardStore, BspAppliesAChunkAsSoonAsEveryWorkerHasPushedIt) {
   ASSERT_TRUE(PushChunks(*store, 1, 3, 1, 1.0f, {0}, true).ok());
 }
 
+// A chunk applied early sums its gradients in ascending worker id, whoever
+// pushed last, so that replicas and repeated runs agree bit for bit:
+// float addition is not associative, and (1 + 1e8) - 1e8 is 0 while
+// (1e8 - 1e8) + 1 is 1.
+TEST(ShardStore, BspEarlyApplySumsInWorkerOrderWhateverTheArrivalOrder) {
+  const float value[] = {0.0f, 1.0f, 1e8f, -1e8f};  // by worker id
+  std::vector<std::vector<float>> results;
+  for (const std::vector<int64_t>& order :
+       {std::vector<int64_t>{1, 2, 3}, std::vector<int64_t>{2, 3, 1},
+        std::vector<int64_t>{3, 1, 2}}) {
+    FakeClock clock;
+    auto store = NewStore(&clock);
+    ASSERT_TRUE(
+        store->SetupJob(JobSetup(MakeSpec(ConsistencySpec::BSP), {1, 2, 3}))
+            .ok());
+    for (int64_t w : order) {
+      ASSERT_TRUE(PushChunks(*store, w, 1, 0, value[w], {0}, true).ok());
+    }
+    std::vector<float> got;
+    ASSERT_TRUE(PullChunks(*store, {0}, 1, absl::Now(), &got).ok());
+    results.push_back(got);
+  }
+  ExpectAll(results[0], 1.0f);  // 1 - ((1 + 1e8) - 1e8) / 3
+  EXPECT_EQ(results[1], results[0]);
+  EXPECT_EQ(results[2], results[0]);
+}
+
 // A worker that joins while the open step has every chunk applied early
 // (by pushes of the others, admitted before it joined) is one of the
 // workers that step waits for. Its first pull must say the open step, not

@@ -94,30 +94,42 @@ bool ApplyIfComplete(const Optimizer& optimizer, DenseChunk& chunk,
                      absl::Span<const float> incoming = {})
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) {
   if (active.empty() || chunk.applied_step >= step) return false;
-  std::vector<std::vector<float>*> staged;
+  // The gradients in `active`'s order (ascending worker id), so that they
+  // are summed in the same order on every replica and in every run.
+  std::vector<absl::Span<const float>> grads;
+  std::vector<float>* storage = nullptr;  // a staged gradient, summed into
+  bool incoming_seen = false;
   for (int64_t w : active) {
-    if (w == incoming_worker) continue;
+    if (w == incoming_worker) {
+      grads.push_back(incoming);
+      incoming_seen = true;
+      continue;
+    }
     auto it = chunk.staged.find(w);
     if (it == chunk.staged.end() || it->second.step != step ||
         !it->second.final) {
       return false;
     }
-    staged.push_back(&it->second.grad);
+    grads.push_back(it->second.grad);
+    if (storage == nullptr) storage = &it->second.grad;
   }
-  if (incoming_worker >= 0 && staged.size() == active.size()) {
+  if (incoming_worker >= 0 && !incoming_seen) {
     return false;  // the incoming worker is not among `active`
   }
-  absl::Span<const float> sum = incoming;
-  if (!staged.empty()) {
-    // Summed into the first staged gradient (dropped with the step).
-    std::vector<float>& first = *staged[0];
-    for (size_t k = 1; k < staged.size(); ++k) {
-      AddLoop(first.size(), staged[k]->data(), first.data());
+  absl::Span<const float> sum = grads[0];
+  if (grads.size() > 1) {
+    // ((g0 + g1) + g2) ...: into a staged gradient's storage (dropped with
+    // the step) when g0 is that one, else into a scratch buffer.
+    thread_local std::vector<float> scratch;
+    std::vector<float>* acc = storage;
+    if (grads[0].data() != storage->data()) {
+      scratch.assign(grads[0].begin(), grads[0].end());
+      acc = &scratch;
     }
-    if (incoming_worker >= 0) {
-      AddLoop(first.size(), incoming.data(), first.data());
+    for (size_t k = 1; k < grads.size(); ++k) {
+      AddLoop(acc->size(), grads[k].data(), acc->data());
     }
-    sum = first;
+    sum = *acc;
   }
   // Kept for a checkpoint of the open step: the weights stay in `spare`.
   chunk.pre_slots = chunk.slots;

@@ -106,6 +106,8 @@ absl::Status AdmitBsp(Job& job, const PushArgs& args, WorkerState& w,
     for (const auto& [id, worker] : job.workers) {
       if (worker.active) admission->early_workers.push_back(id);
     }
+    // Ascending: the order the part's gradients are summed in.
+    std::sort(admission->early_workers.begin(), admission->early_workers.end());
   }
   if (args.clock < job.version || (job.closing && args.clock == job.version)) {
     // A backup worker's late gradient: acknowledged, counted, dropped.

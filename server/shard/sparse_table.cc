@@ -306,13 +306,22 @@ void SparseTable::ApplyStep(int64_t step, absl::Span<const int64_t> workers,
   absl::MutexLock sl(&stage_mu_);
   // The parts of the step's workers, taken out of their stages; the others'
   // gradients of a closed step (late or backup workers) are dropped.
+  // In ascending worker id, so that a key's gradients are summed in the
+  // same order on every replica and in every run (the map's own order
+  // depends on the process's hash seed).
+  std::vector<std::pair<int64_t, WorkerStage*>> by_worker;
+  by_worker.reserve(stages_.size());
+  for (auto& [worker, stage] : stages_) {
+    by_worker.emplace_back(worker, stage.get());
+  }
+  std::sort(by_worker.begin(), by_worker.end());
   std::vector<WorkerStage*> counted;
   std::vector<std::vector<KeySums>> taken;
-  for (auto& [worker, stage] : stages_) {
+  for (auto& [worker, stage] : by_worker) {
     absl::MutexLock l(&stage->mu);
     if (stage->step == step &&
         std::find(workers.begin(), workers.end(), worker) != workers.end()) {
-      counted.push_back(stage.get());
+      counted.push_back(stage);
       taken.push_back(std::move(stage->parts));
       stage->parts.clear();  // Stage makes them again if it needs them
     } else if (stage->step <= step) {
