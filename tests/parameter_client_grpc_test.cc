@@ -1,8 +1,10 @@
 // The parameter client over real gRPC against in-process shards (ShardStore
 // + ParameterService on 127.0.0.1:0): splitting into messages, half-precision
 // wire dtypes, the bounded ticket wait, cancellation, fused pushes and pulls,
-// and argument errors. (The call engine's retries, backoff and splitting are
-// unit-tested over a fake transport in worker/client/.)
+// argument errors, and a shard that moves to another server (failover). (The
+// call engine's retries, backoff and splitting are unit-tested over a fake
+// transport in worker/client/.)
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/wire/placement.h"
 #include "proto/parameter_service.grpc.pb.h"
@@ -62,36 +65,46 @@ JobSpec Spec(ConsistencySpec::Model model) {
   return spec;
 }
 
+// A shard `index` of `count` for `spec`'s job "job" (workers 1 and 2).
+std::unique_ptr<Shard> StartShard(
+    const JobSpec& spec, int index, int count,
+    const ParameterServiceOptions& service_options = {}) {
+  auto shard = std::make_unique<Shard>();
+  shard->store = *ShardStore::Create({});
+  shard->service =
+      *ParameterServiceAdapter::Create(shard->store.get(), service_options);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(shard->service->service());
+  shard->server = builder.BuildAndStart();
+  shard->address = absl::StrCat("127.0.0.1:", port);
+  SetupJobRequest r;
+  r.set_job_id("job");
+  *r.mutable_spec() = spec;
+  r.set_shard_index(index);
+  r.set_num_shards(count);
+  r.add_worker_ids(1);
+  r.add_worker_ids(2);
+  EXPECT_TRUE(shard->store->SetupJob(r).ok());
+  return shard;
+}
+
+Placement PlacementOf(const JobSpec& spec, int shards) {
+  std::vector<TensorSpec> tensors(spec.model().tensors().begin(),
+                                  spec.model().tensors().end());
+  return *ComputePlacement(tensors, shards, spec.chunk_bytes());
+}
+
 class Cluster {
  public:
   Cluster(int shards, const JobSpec& spec,
           const ParameterServiceOptions& service_options = {})
-      : spec_(spec) {
+      : spec_(spec), placement_(PlacementOf(spec, shards)) {
     for (int s = 0; s < shards; ++s) {
-      auto shard = std::make_unique<Shard>();
-      shard->store = *ShardStore::Create({});
-      shard->service =
-          *ParameterServiceAdapter::Create(shard->store.get(), service_options);
-      grpc::ServerBuilder builder;
-      int port = 0;
-      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                               &port);
-      builder.RegisterService(shard->service->service());
-      shard->server = builder.BuildAndStart();
-      shard->address = absl::StrCat("127.0.0.1:", port);
-      SetupJobRequest r;
-      r.set_job_id("job");
-      *r.mutable_spec() = spec;
-      r.set_shard_index(s);
-      r.set_num_shards(shards);
-      r.add_worker_ids(1);
-      r.add_worker_ids(2);
-      EXPECT_TRUE(shard->store->SetupJob(r).ok());
-      shards_.push_back(std::move(shard));
+      shards_.push_back(StartShard(spec, s, shards, service_options));
     }
-    std::vector<TensorSpec> tensors(spec.model().tensors().begin(),
-                                    spec.model().tensors().end());
-    placement_ = *ComputePlacement(tensors, shards, spec.chunk_bytes());
   }
 
   std::unique_ptr<ParameterClient> Client(int64_t worker,
@@ -522,6 +535,151 @@ TEST(ParameterClient, RejectsMismatchedArguments) {
   auto stranger = cluster.Client(9);
   EXPECT_EQ(stranger->PullAll(0, 0, weights.spans()).Wait(kWait).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// --- Failover: a shard moves to another server without a rollback -------
+
+// A server that takes every call and answers none until it is cancelled or
+// the server shuts down: a primary that replicated a push and died before
+// answering it (its host gone, so nothing resets the connection).
+class BlackHole final : public grpc::CallbackGenericService {
+ public:
+  BlackHole() {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterCallbackGenericService(this);
+    server_ = builder.BuildAndStart();
+    address_ = absl::StrCat("127.0.0.1:", port);
+  }
+  ~BlackHole() override {
+    server_->Shutdown(std::chrono::system_clock::now());  // cancels the held
+  }
+
+  const std::string& address() const { return address_; }
+  // Whether `n` requests have come in within `timeout`.
+  bool WaitForRequests(int n, absl::Duration timeout) {
+    absl::MutexLock l(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return requests_ >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  }
+
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext*) override {
+    return new Hold(this);
+  }
+
+ private:
+  class Hold final : public grpc::ServerGenericBidiReactor {
+   public:
+    explicit Hold(BlackHole* hole) : hole_(hole) { StartRead(&request_); }
+    void OnReadDone(bool ok) override {
+      if (!ok) return;
+      absl::MutexLock l(&hole_->mu_);
+      ++hole_->requests_;
+    }
+    void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+    void OnDone() override { delete this; }
+
+   private:
+    BlackHole* const hole_;
+    grpc::ByteBuffer request_;
+  };
+
+  absl::Mutex mu_;
+  int requests_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string address_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Retries as a worker's: as long as it takes, backing off to 200 ms.
+ParameterClientOptions FailoverOptions(const std::string& address) {
+  ParameterClientOptions options;
+  options.server_addresses = {address};
+  options.call_timeout = absl::Seconds(10);
+  options.retry.max_attempts = 1000;
+  options.retry.initial_backoff = absl::Milliseconds(20);
+  options.retry.max_backoff = absl::Milliseconds(200);
+  options.retry.total_deadline = absl::Seconds(20);
+  return options;
+}
+
+// Shard 0 moves from A to B, which holds what A held (here the same
+// worker's session pushed it to B too, as the primary's replication
+// would). A push retrying against A, which is down, goes on at B once the
+// client is told, as does one issued after: none is dropped or applied
+// twice, and each is applied on B.
+TEST(ParameterClient, AMovedShardTakesItsCallsToItsNewAddress) {
+  const JobSpec spec = Spec(ConsistencySpec::ASP);
+  const Placement placement = PlacementOf(spec, 1);
+  std::unique_ptr<Shard> a = StartShard(spec, 0, 1);
+  std::unique_ptr<Shard> b = StartShard(spec, 0, 1);
+  auto client = *ParameterClient::Create(FailoverOptions(a->address), "job", 1,
+                                         placement);
+  auto replication = *ParameterClient::Create(FailoverOptions(b->address),
+                                              "job", 1, placement);
+  const std::vector<float> g1(1000, 0.5f), g2(1000, 0.25f), g3(1000, 0.125f);
+  ASSERT_TRUE(client->PushTensor(0, g1, 0).Wait(kWait).ok());
+  ASSERT_TRUE(replication->PushTensor(0, g1, 0).Wait(kWait).ok());
+
+  a.reset();  // the primary dies
+  Ticket retrying = client->PushTensor(0, g2, 0);
+  EXPECT_EQ(retrying.Wait(absl::Milliseconds(300)).code(),
+            absl::StatusCode::kDeadlineExceeded)
+      << "retried while A is down";
+  ASSERT_TRUE(client->SetServerAddresses({b->address}).ok());
+  Ticket after = client->PushTensor(0, g3, 0);
+  ASSERT_TRUE(retrying.Wait(kWait).ok()) << retrying.Wait(kWait);
+  ASSERT_TRUE(after.Wait(kWait).ok()) << after.Wait(kWait);
+  EXPECT_EQ(retrying.duplicates() + after.duplicates(), 0);
+
+  Weights weights;
+  ASSERT_TRUE(client->PullAll(1, 0, weights.spans()).Wait(kWait).ok());
+  for (float x : weights.w) ASSERT_EQ(x, 2.0f - 0.875f);
+  for (float x : weights.b) ASSERT_EQ(x, 2.0f);
+  absl::StatusOr<ShardStatus> status = b->store->GetShardStatus("job");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->duplicate_pushes(), 0);
+}
+
+// The primary took a push, replicated it and died before answering (a
+// black hole: its attempt would wait out the call timeout); the backup that
+// takes over holds it. Told of the move, the client sends the push again at
+// once, with its sequence number, to the new primary, which answers it as a
+// duplicate and applies it once.
+TEST(ParameterClient, APushResentToTheNewPrimaryIsAppliedOnce) {
+  const JobSpec spec = Spec(ConsistencySpec::ASP);
+  const Placement placement = PlacementOf(spec, 1);
+  BlackHole a;
+  std::unique_ptr<Shard> b = StartShard(spec, 0, 1);
+  const ParameterClientOptions options = FailoverOptions(a.address());
+  auto client = *ParameterClient::Create(options, "job", 1, placement);
+  auto replication = *ParameterClient::Create(FailoverOptions(b->address),
+                                              "job", 1, placement);
+  const std::vector<float> g(1000, 0.5f);
+  ASSERT_TRUE(replication->PushTensor(0, g, 0).Wait(kWait).ok());
+
+  Ticket push = client->PushTensor(0, g, 0);
+  ASSERT_TRUE(a.WaitForRequests(1, kWait));
+  const absl::Time moved = absl::Now();
+  ASSERT_TRUE(client->SetServerAddresses({b->address}).ok());
+  ASSERT_TRUE(push.Wait(kWait).ok()) << push.Wait(kWait);
+  EXPECT_LT(absl::Now() - moved, options.call_timeout / 2)
+      << "sent again at once, not after the attempt's deadline";
+  EXPECT_EQ(push.duplicates(), 1);
+  absl::StatusOr<ShardStatus> status = b->store->GetShardStatus("job");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->duplicate_pushes(), 1);
+
+  Weights weights;
+  ASSERT_TRUE(client->PullAll(1, 0, weights.spans()).Wait(kWait).ok());
+  for (float x : weights.w) ASSERT_EQ(x, 1.5f);
+  // A wrong count of addresses moves nothing.
+  EXPECT_EQ(client->SetServerAddresses({b->address, a.address()}).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -23,7 +23,11 @@ bool SameAssignment(const WorkerAssignment& a, const WorkerAssignment& b) {
          a.membership_epoch() == b.membership_epoch() &&
          a.incarnation() == b.incarnation() && a.done() == b.done() &&
          a.others_done() == b.others_done() &&
-         a.data_shards_size() == b.data_shards_size();
+         a.data_shards_size() == b.data_shards_size() &&
+         // A failover moves a shard to another server in the same
+         // incarnation: the workers must follow it.
+         std::equal(a.server_addresses().begin(), a.server_addresses().end(),
+                    b.server_addresses().begin(), b.server_addresses().end());
 }
 
 class CoordinatorLinkImpl final : public CoordinatorLink {

@@ -62,7 +62,8 @@ class CoordinatorLink {
   virtual int64_t member_id() const = 0;
 
   // The newest assignment, waiting up to `timeout` for one whose
-  // (command, job_id, membership_epoch) differs from `known`. Returns the
+  // (command, job_id, membership_epoch, incarnation, done, others_done,
+  // data shard count, server_addresses) differs from `known`. Returns the
   // current one on timeout.
   virtual WorkerAssignment WaitForChange(const WorkerAssignment& known,
                                          absl::Duration timeout) = 0;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,8 @@
 namespace ps::worker {
 namespace {
 
-// A coordinator that registers, answers heartbeats and keeps the metric
+// A coordinator that registers, answers heartbeats (with the assignment
+// set, if any) and keeps the metric
 // reports it takes; `down` makes it answer UNAVAILABLE to reports (a
 // coordinator that is restarting) and `refuse_job` NOT_FOUND for one job.
 class FakeCoordinator final : public CoordinatorService::Service {
@@ -44,7 +46,9 @@ class FakeCoordinator final : public CoordinatorService::Service {
     return grpc::Status::OK;
   }
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest*,
-                         HeartbeatResponse*) override {
+                         HeartbeatResponse* resp) override {
+    absl::MutexLock l(&mu_);
+    if (assignment_.has_value()) *resp->mutable_assignment() = *assignment_;
     return grpc::Status::OK;
   }
   grpc::Status ReportMetrics(grpc::ServerContext*,
@@ -63,6 +67,11 @@ class FakeCoordinator final : public CoordinatorService::Service {
   void set_down(bool down) {
     absl::MutexLock l(&mu_);
     down_ = down;
+  }
+  // What the heartbeats' answers carry from now on.
+  void set_assignment(const WorkerAssignment& a) {
+    absl::MutexLock l(&mu_);
+    assignment_ = a;
   }
   void set_refuse_job(const std::string& job) {
     absl::MutexLock l(&mu_);
@@ -91,6 +100,7 @@ class FakeCoordinator final : public CoordinatorService::Service {
   absl::Mutex mu_;
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   std::string refuse_job_ ABSL_GUARDED_BY(mu_);
+  std::optional<WorkerAssignment> assignment_ ABSL_GUARDED_BY(mu_);
   std::vector<ReportMetricsRequest> reports_ ABSL_GUARDED_BY(mu_);
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -253,6 +263,37 @@ TEST(CoordinatorLink, BoundsHeldPointsKeepingEvaluations) {
   ASSERT_TRUE((*link)->Flush(absl::Seconds(10)));
   EXPECT_EQ(coordinator.values(), (std::vector<double>{100, 5, 6, 7, 200}));
   EXPECT_TRUE(coordinator.reports().back().done());
+  (*link)->Stop();
+}
+
+// A failover moves a shard to another server in the same incarnation:
+// WaitForChange returns the assignment with the new address.
+TEST(CoordinatorLink, AMovedShardIsAChange) {
+  FakeCoordinator coordinator;
+  WorkerAssignment a;
+  a.set_command(WorkerAssignment::TRAIN);
+  a.set_job_id("job-1");
+  a.set_incarnation(2);
+  a.add_server_addresses("10.0.0.1:7000");
+  a.add_server_addresses("10.0.0.2:7000");
+  coordinator.set_assignment(a);
+  CoordinatorLinkOptions o = Options();
+  o.address = coordinator.address();
+  auto link = CreateCoordinatorLink(o);
+  ASSERT_TRUE(link.ok());
+  ASSERT_TRUE((*link)->Start(absl::Now() + absl::Seconds(10)).ok());
+  WorkerAssignment seen =
+      (*link)->WaitForChange(WorkerAssignment(), absl::Seconds(10));
+  ASSERT_EQ(seen.server_addresses_size(), 2);
+  // Unchanged: it waits out its timeout.
+  const absl::Time t0 = absl::Now();
+  seen = (*link)->WaitForChange(seen, absl::Milliseconds(200));
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(150));
+  a.set_server_addresses(0, "10.0.0.3:7000");
+  coordinator.set_assignment(a);
+  seen = (*link)->WaitForChange(seen, absl::Seconds(10));
+  EXPECT_EQ(seen.server_addresses(0), "10.0.0.3:7000");
+  EXPECT_EQ(seen.incarnation(), 2);
   (*link)->Stop();
 }
 

@@ -270,6 +270,83 @@ struct JobControl {
     return shard_steps > 0 &&
            PlanEnd(plan.start, plan.segments, shard_steps) > clock;
   }
+
+  // The job's servers by shard as the assignment last named them: a
+  // failover moves a shard to another server in the same incarnation, and
+  // the access TrainJob made (while attached) follows it, its calls going
+  // on at the new address (no rollback).
+  absl::Mutex servers_mu;
+  std::vector<std::string> servers ABSL_GUARDED_BY(servers_mu);
+  client::PsAccess* access ABSL_GUARDED_BY(servers_mu) = nullptr;
+  std::vector<std::string> access_servers ABSL_GUARDED_BY(servers_mu);
+  int moving ABSL_GUARDED_BY(servers_mu) = 0;  // SetServerAddresses running
+
+  // Takes `a`'s servers (same job and incarnation), logging each shard that
+  // moved, and moves the access's shards. Called by the watcher only.
+  void FollowServers(const WorkerAssignment& a) {
+    const std::vector<std::string> now(a.server_addresses().begin(),
+                                       a.server_addresses().end());
+    std::vector<size_t> moved;
+    client::PsAccess* target = nullptr;
+    {
+      absl::MutexLock l(&servers_mu);
+      for (size_t s = 0; s < now.size(); ++s) {
+        if (s >= servers.size() || servers[s] != now[s]) moved.push_back(s);
+      }
+      servers = now;
+      if (access != nullptr && access_servers != now) {
+        target = access;
+        access_servers = now;
+        ++moving;
+      }
+    }
+    for (size_t s : moved) {
+      std::fprintf(stderr, "worker: job %s: shard %zu moved to %s (failover)\n",
+                   a.job_id().c_str(), s, now[s].c_str());
+    }
+    if (target == nullptr) return;
+    // Outside the lock (it may read TLS files); Detach waits for it.
+    if (absl::Status s = target->SetServerAddresses(now); !s.ok()) {
+      std::fprintf(stderr,
+                   "worker: job %s: cannot follow the moved shards: %s\n",
+                   a.job_id().c_str(), std::string(s.message()).c_str());
+    }
+    absl::MutexLock l(&servers_mu);
+    --moving;
+  }
+
+  // `a` (made for `job`'s servers) follows the servers from now on; the
+  // watcher moves it within a look if they moved already.
+  void Attach(client::PsAccess* a, const WorkerAssignment& job) {
+    absl::MutexLock l(&servers_mu);
+    access = a;
+    access_servers.assign(job.server_addresses().begin(),
+                          job.server_addresses().end());
+  }
+  // Once it returns, the access is no longer used here.
+  void Detach() {
+    absl::MutexLock l(&servers_mu);
+    servers_mu.Await(absl::Condition(
+        +[](int* n) { return *n == 0; }, &moving));
+    access = nullptr;
+  }
+};
+
+// Keeps an access attached to a JobControl (following moved shards) for
+// its own lifetime: declared after the access, it ends first.
+class FollowedServers {
+ public:
+  FollowedServers(JobControl& control, client::PsAccess* access,
+                  const WorkerAssignment& job)
+      : control_(control) {
+    control_.Attach(access, job);
+  }
+  ~FollowedServers() { control_.Detach(); }
+  FollowedServers(const FollowedServers&) = delete;
+  FollowedServers& operator=(const FollowedServers&) = delete;
+
+ private:
+  JobControl& control_;
 };
 
 // Watches `job`'s assignment on a thread of its own until destroyed.
@@ -296,6 +373,7 @@ class AssignmentWatcher {
         control.rolled_back = true;
         control.stop = true;
       } else {
+        control.FollowServers(seen);
         control.evaluator = seen.evaluator();
         control.others_done = seen.others_done();
         absl::MutexLock l(&control.plan_mu);
@@ -404,8 +482,9 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
   client::CompressionCounters compression;
   client::CompressionReport compression_report(&compression);
   ao.compression_counters = &compression;
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<client::ParameterAccess> access,
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<client::PsAccess> access,
                       client::CreatePsAccess(job, ao));
+  FollowedServers followed(control, access.get(), job);
   TrainerOptions to;
   to.report_every_steps = absl::GetFlag(FLAGS_report_every_steps);
   if (job.spec().compression().kind() != CompressionSpec::NONE) {
@@ -488,6 +567,11 @@ JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job) {
     absl::MutexLock l(&control.plan_mu);
     control.plan = PlanOf(job);
     control.plan_epoch = job.membership_epoch();
+  }
+  {
+    absl::MutexLock l(&control.servers_mu);
+    control.servers.assign(job.server_addresses().begin(),
+                           job.server_addresses().end());
   }
   absl::Status status;
   {

@@ -399,6 +399,12 @@ void CheckJob(const JobSpec& spec, const ValidationOptions& options,
   }
   CheckTarget(spec, v);
   CheckCompression(spec.compression(), v);
+  // Replicated shards: the servers' count is checked at submit.
+  if (spec.replication().factor() < 0 || spec.replication().factor() > 8) {
+    v.Add({{"replication"}, {"factor"}},
+          absl::StrCat("must be in [1, 8] (0: 1, unreplicated), got ",
+                       spec.replication().factor()));
+  }
 }
 
 template <typename Message>

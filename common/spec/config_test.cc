@@ -167,7 +167,7 @@ TEST(Config, EachRuleNamesItsField) {
   EXPECT_TRUE(ParseJobSpec(kGoodJob, "job.pbtxt", NoFiles()).ok());
 }
 
-TEST(Config, CompressionRulesNameTheirField) {
+TEST(Config, CompressionAndReplicationRulesNameTheirField) {
   struct Case {
     const char* edit;
     const char* want;  // substring of the error; empty: valid
@@ -188,6 +188,10 @@ TEST(Config, CompressionRulesNameTheirField) {
       {"compression { kind: TOPK ratio: 0.1 wire_dtype: BFLOAT16 }", ""},
       {"compression { kind: TOPK ratio: 0.1 }", ""},
       {"compression { kind: TOPK ratio: 1 }", ""},
+      {"replication { factor: -1 }",
+       "replication.factor: must be in [1, 8] (0: 1, unreplicated), got -1"},
+      {"replication { factor: 9 }", "got 9"},
+      {"replication { factor: 2 }", ""},
       {"compression { kind: TOPK ratio: 0.01 } "
        "consistency { model: ASP backup_workers: 0 }",
        ""},

@@ -762,4 +762,23 @@ absl::Status DecodeMessage(const grpc::ByteBuffer& buffer, PayloadFields fields,
   return absl::OkStatus();
 }
 
+std::vector<SparseRowsView> ViewsOfSparseRows(
+    const google::protobuf::RepeatedPtrField<SparseRows>& rows,
+    std::deque<std::vector<uint64_t>>* keys) {
+  std::vector<SparseRowsView> views;
+  for (const SparseRows& r : rows) {
+    SparseRowsView v;
+    v.table = r.table();
+    v.dtype = r.dtype();
+    v.num_rows = r.num_rows();
+    v.dim = r.dim();
+    std::vector<uint64_t>& k = keys->emplace_back(r.keys().size() / 8);
+    if (!k.empty()) std::memcpy(k.data(), r.keys().data(), k.size() * 8);
+    v.keys = k;
+    v.rows = r.rows();
+    views.push_back(v);
+  }
+  return views;
+}
+
 }  // namespace ps

@@ -17,6 +17,7 @@
 #include <grpcpp/support/slice.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -171,6 +172,13 @@ struct SparseRowsView {
   absl::Span<const uint64_t> keys;
   absl::string_view rows;
 };
+
+// Views of SparseRows that protobuf parsed (a then_pull's keys, a replica
+// entry's rows), their keys copied into `keys` so that they are aligned;
+// the rows point into `rows`, which must outlive the views.
+std::vector<SparseRowsView> ViewsOfSparseRows(
+    const google::protobuf::RepeatedPtrField<SparseRows>& rows,
+    std::deque<std::vector<uint64_t>>* keys);
 
 // What DecodeMessage fills: the views and what keeps them valid. Reuse one
 // between calls so that its buffers are not allocated afresh; a call

@@ -20,6 +20,7 @@
 #include "server/coordinator/metric_intake.h"
 #include "server/coordinator/metrics_format.h"
 #include "server/coordinator/reconciler.h"
+#include "server/coordinator/replicas.h"
 #include "server/coordinator/scheduler.h"
 #include "server/coordinator/straggler_policy.h"
 #include "server/coordinator/write_batch.h"
@@ -214,6 +215,10 @@ absl::StatusOr<RegisterResponse> CoordinatorImpl::Register(
     {
       absl::MutexLock l(&table_.mu());
       CheckShardsServedBy(table_, m, membership_, &writes);
+      if (previous.has_value() && previous->pid() != request.pid()) {
+        // Its process restarted: the replicas it held are gone.
+        NoteServerRestarted(table_, m.member_id(), &writes);
+      }
     }
     PS_RETURN_IF_ERROR(writes.Flush(store_));
   }
@@ -264,6 +269,12 @@ absl::StatusOr<SubmitJobResponse> CoordinatorImpl::SubmitJob(
   if (!valid.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid job spec:\n", valid.message()));
+  }
+  if (const std::string shortfall = ReplicationShortfall(
+          request.spec(), static_cast<int>(membership_.Alive(SERVER).size()));
+      !shortfall.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec does not fit the cluster: ", shortfall));
   }
   JobSpec spec = NormalizeJobSpec(request.spec());
   auto job = std::make_unique<Job>();
@@ -448,10 +459,11 @@ absl::StatusOr<ExplainJobResponse> CoordinatorImpl::ExplainJob(
     if (std::optional<Member> m = membership_.Get(id)) in.members[id] = *m;
   }
   if (in.record.state() == RUNNING) {
-    for (const std::string& address : in.record.servers()) {
+    for (int i = 0; i < in.record.servers_size(); ++i) {
       GetShardStatusRequest req;
       req.set_job_id(in.record.job_id());
-      in.shards.push_back(shards_->GetShardStatus(address, req));
+      req.set_shard(i);
+      in.shards.push_back(shards_->GetShardStatus(in.record.servers(i), req));
     }
   }
   ExplainJobResponse response;

@@ -129,6 +129,26 @@ void AppendShards(const ExplainInput& in, std::string& t,
     absl::StrAppend(&t, "  blocked pulls ", s.blocked_pulls(), "  pushes ",
                     s.pushes(), " (dropped ", s.dropped_pushes(), ", rejected ",
                     s.rejected_pushes(), ")\n");
+    if (s.replica_role() == SetupJobRequest::PRIMARY) {
+      // Replicated: each backup's lag in changes not yet acknowledged.
+      std::vector<std::string> backups;
+      for (const ShardStatus::Backup& b : s.backups()) {
+        backups.push_back(absl::StrCat(
+            b.address(), " behind by ", s.replica_index() - b.acked_index(),
+            b.last_error().empty() ? ""
+                                   : absl::StrCat(" (", b.last_error(), ")")));
+        if (!b.last_error().empty()) {
+          diagnosis.push_back(absl::StrCat(
+              "shard ", i, "'s backup ", b.address(),
+              " does not answer: its answers wait for it until the "
+              "coordinator drops it"));
+        }
+      }
+      absl::StrAppend(&t, "    replicas: epoch ", s.replica_epoch(), ", ",
+                      s.replica_index(), " changes, backups ",
+                      backups.empty() ? "none" : absl::StrJoin(backups, ", "),
+                      "\n");
+    }
     AppendSparseTables(s, i, t, diagnosis);
   }
 }

@@ -107,6 +107,23 @@ TEST(Explain, SaysWhatBlocksTheJob) {
           "nothing"}});
   }
   {
+    ExplainInput in = Running(ConsistencySpec::ASP);
+    ShardStatus& s = *in.shards[0];
+    s.set_replica_role(SetupJobRequest::PRIMARY);
+    s.set_replica_epoch(2);
+    s.set_replica_index(120);
+    ShardStatus::Backup* b = s.add_backups();
+    b->set_address("127.0.0.1:7002");
+    b->set_acked_index(117);
+    b->set_last_error("UNAVAILABLE: connection refused");
+    cases.push_back(
+        {"a replicated shard whose backup does not answer",
+         in,
+         {"replicas: epoch 2, 120 changes, backups 127.0.0.1:7002 behind by 3 "
+          "(UNAVAILABLE: connection refused)",
+          "diagnosis: shard 0's backup 127.0.0.1:7002 does not answer"}});
+  }
+  {
     // The VM: one worker's OpenBLAS on its generic core.
     ExplainInput in = Running(ConsistencySpec::BSP);
     in.members[10].set_blas_core("SkylakeX");

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "server/coordinator/data_assignment.h"
 #include "server/coordinator/leftover_data.h"
+#include "server/coordinator/replicas.h"
 #include "server/coordinator/straggler_policy.h"
 
 namespace ps::coordinator {
@@ -49,6 +50,9 @@ void TrackShards(JobTable& table, Job& job, const Membership& members,
     const std::string& address = job.record.servers(i);
     ShardSync& sh = job.shards[i];
     const bool up = ShardUp(job, i, members);
+    if (!up && !LiveBackups(job.record, i, members).empty()) {
+      continue;  // a backup takes over (replicas.h), no wait
+    }
     if (!up && sh.down_since_ms == 0) {
       sh.down_since_ms = now;
       table.AddEvent(

@@ -54,6 +54,11 @@ struct ShardSync {
   bool have_counters = false;  // false: the next poll sets a baseline
   int64_t dropped = 0;
   int64_t rejected = 0;
+  // Replicated shards (replicas.h): the primary restarted without the
+  // shard (fail over), and backups left the record whose primary is still
+  // to be told.
+  bool primary_lost = false;
+  bool backups_changed = false;
 };
 
 // What the coordinator knows of a worker between heartbeats (not stored).

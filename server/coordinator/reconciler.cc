@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/spec/data_plan.h"
 #include "server/coordinator/leftover_data.h"
+#include "server/coordinator/replicas.h"
 
 namespace ps::coordinator {
 
@@ -15,22 +16,30 @@ std::vector<ShardAction> PlanShardActions(Job& job, const std::vector<bool>& up,
                                           int64_t poll_interval_ms) {
   const JobState state = job.record.state();
   std::vector<ShardAction> actions;
+  auto add = [&](ShardAction::Kind kind, int shard,
+                 const std::string& address) {
+    ShardAction a;
+    a.kind = kind;
+    a.shard = shard;
+    a.address = address;
+    actions.push_back(std::move(a));
+  };
   for (int i = 0; i < job.record.servers_size(); ++i) {
     ShardSync& s = job.shards[i];
     const std::string& address = job.record.servers(i);
     if (state == RUNNING) {
       if (!up[i]) continue;
       if (s.needs_check) {
-        actions.push_back({ShardAction::kCheck, i, address});
+        add(ShardAction::kCheck, i, address);
       } else if (s.synced_epoch < job.record.membership_epoch()) {
-        actions.push_back({ShardAction::kMembership, i, address});
+        add(ShardAction::kMembership, i, address);
       } else if (now - s.last_poll_ms >= poll_interval_ms) {
         s.last_poll_ms = now;
-        actions.push_back({ShardAction::kPoll, i, address});
+        add(ShardAction::kPoll, i, address);
       }
     } else if (IsTerminal(state) && !s.torn_down) {
       if (up[i]) {
-        actions.push_back({ShardAction::kTeardown, i, address});
+        add(ShardAction::kTeardown, i, address);
       } else {
         s.torn_down = true;  // nothing left there to tear down
       }
@@ -145,7 +154,14 @@ void ApplyRollback(JobTable& table, Job& job, int64_t incarnation,
     sh.synced_epoch = -1;  // resend the membership epoch
     sh.have_counters = false;
   }
-  table.AddEvent(job, "rollback", rollback.note, 0, writes);
+  std::string note = rollback.note;
+  if (job.record.replicas_size() > 0) {
+    // The shards were set up again without backups (rebuilding them needs
+    // a state transfer, not built yet).
+    job.record.clear_replicas();
+    absl::StrAppend(&note, "; the shards go on without backups");
+  }
+  table.AddEvent(job, "rollback", note, 0, writes);
   job.record.set_reason("running");
   table.Touch(job);
 }
@@ -184,12 +200,38 @@ std::optional<Reconciler::Round> Reconciler::Begin(const std::string& job_id) {
     up[i] = ShardUp(job, i, *members_);
     round.all_up &= up[i];
   }
+  // Replicated shards: a lost primary's backup is promoted (the shard
+  // counts as down this round: no rollback), a lost backup dropped.
+  std::vector<ShardAction> replica_actions;
+  if (round.state == RUNNING && job.record.replicas_size() > 0) {
+    for (int i = 0; i < num_shards; ++i) {
+      ShardAction a;
+      a.shard = i;
+      if (!up[i] || job.shards[i].primary_lost) {
+        Promotion p = PlanPromotion(job, i, *members_);
+        if (p.backup < 0) continue;
+        a.kind = ShardAction::kPromote;
+        a.address = p.address;
+        a.member = p.member;
+        a.setup = std::move(p.request);
+        up[i] = false;
+        round.all_up = false;
+      } else {
+        a.setup = PlanBackupDrop(job, i, *members_);
+        if (a.setup.job_id().empty()) continue;
+        a.kind = ShardAction::kDropBackups;
+        a.address = job.record.servers(i);
+      }
+      replica_actions.push_back(std::move(a));
+    }
+  }
   // A rollback that did not reach every shard is tried again (with every
   // shard up) until it does.
   round.rollback_pending =
       round.state == RUNNING && job.record.rollback_pending() && round.all_up;
   round.actions = PlanShardActions(job, up, table_->clock().NowMs(),
                                    shard_poll_interval_ms_);
+  for (ShardAction& a : replica_actions) round.actions.push_back(std::move(a));
   if (round.actions.empty() && !round.rollback_pending) return std::nullopt;
   job.reconciling = true;
   round.spec = job.record.spec();
@@ -203,12 +245,18 @@ std::optional<Reconciler::Round> Reconciler::Begin(const std::string& job_id) {
 
 void Reconciler::CallShard(const Round& round, size_t k, Outcome* out) {
   const ShardAction& a = round.actions[k];
+  if (a.kind == ShardAction::kPromote || a.kind == ShardAction::kDropBackups) {
+    absl::StatusOr<SetupJobResponse> r = shards_->SetupJob(a.address, a.setup);
+    out->results[k] = r.status();
+    if (r.ok()) out->versions[k] = r->version();
+    return;
+  }
   GetShardStatusRequest status_req;
   status_req.set_job_id(round.job_id);
+  // (A server may hold several shards of a replicated job.)
+  status_req.set_shard(a.shard);
   if (a.kind == ShardAction::kTeardown) {
-    absl::StatusOr<ShardStatus> st =
-        shards_->GetShardStatus(a.address, status_req);
-    if (st.ok()) out->totals[k] = *st;
+    // (Its status was read before any teardown: CallShards.)
     TeardownJobRequest req;
     req.set_job_id(round.job_id);
     req.set_final_checkpoint(round.state == SUCCEEDED);
@@ -253,6 +301,18 @@ Reconciler::Outcome Reconciler::CallShards(const Round& round) {
   out.results.resize(n);
   out.notes.resize(n);
   out.totals.resize(n);
+  out.versions.resize(n);
+  // Every shard's last counters first: a teardown removes all of a job's
+  // shards on that server (several after a failover).
+  for (size_t k = 0; k < n; ++k) {
+    const ShardAction& a = round.actions[k];
+    if (a.kind != ShardAction::kTeardown) continue;
+    GetShardStatusRequest req;
+    req.set_job_id(round.job_id);
+    req.set_shard(a.shard);
+    absl::StatusOr<ShardStatus> st = shards_->GetShardStatus(a.address, req);
+    if (st.ok()) out.totals[k] = *st;
+  }
   for (size_t k = 0; k < n; ++k) CallShard(round, k, &out);
   if (round.state != RUNNING || !round.all_up ||
       (out.lost.empty() && !round.rollback_pending)) {
@@ -292,6 +352,21 @@ bool Reconciler::CommitAction(Job& job, const Round& round, const Outcome& out,
     save |= UpdateCounters(*table_, job, a.shard, *out.totals[k], writes);
   }
   if (a.kind == ShardAction::kPoll) return save;
+  if (a.kind == ShardAction::kPromote || a.kind == ShardAction::kDropBackups) {
+    if (!out.results[k].ok()) {
+      std::fprintf(stderr, "coordinator: job %s shard %d (%s): %s\n",
+                   round.job_id.c_str(), a.shard, a.address.c_str(),
+                   std::string(out.results[k].message()).c_str());
+      return save;
+    }
+    if (a.kind == ShardAction::kPromote) {
+      ApplyPromotion(*table_, job, a.shard, a.member, a.address, a.setup,
+                     out.versions[k], writes);
+    } else {
+      ApplyBackupDrop(*table_, job, a.shard, a.setup, writes);
+    }
+    return true;
+  }
   if (a.kind == ShardAction::kTeardown) {
     if (out.totals[k].has_value()) {
       const ShardStatus& t = *out.totals[k];
@@ -303,9 +378,11 @@ bool Reconciler::CommitAction(Job& job, const Round& round, const Outcome& out,
           0, writes);
       save = true;
     }
-    if (out.results[k].ok() || ++s.teardown_attempts >= 3) {
+    // NOT_FOUND: gone already (with another shard of the job there).
+    if (out.results[k].ok() || absl::IsNotFound(out.results[k]) ||
+        ++s.teardown_attempts >= 3) {
       s.torn_down = true;
-      if (!out.results[k].ok()) {
+      if (!out.results[k].ok() && !absl::IsNotFound(out.results[k])) {
         table_->AddEvent(job, "teardown_failed",
                          absl::StrCat("shard ", a.shard, " at ", a.address,
                                       ": ", out.results[k].message()),

@@ -37,9 +37,20 @@ namespace ps::coordinator {
 
 // A shard call a round makes.
 struct ShardAction {
-  enum Kind { kCheck, kMembership, kPoll, kTeardown } kind;
+  // kPromote: make a backup the primary; kDropBackups: tell a primary to
+  // keep only its live backups (replicas.h). Both send `setup`.
+  enum Kind {
+    kCheck,
+    kMembership,
+    kPoll,
+    kTeardown,
+    kPromote,
+    kDropBackups
+  } kind;
   int shard = 0;
   std::string address;
+  int64_t member = 0;  // kPromote: the backup promoted
+  SetupJobRequest setup;
 };
 
 // The calls for the job's shards given which are up (by shard index),
@@ -97,7 +108,8 @@ class Reconciler {
     std::vector<absl::Status> results;
     std::vector<std::string> notes;  // "server_restored" events
     std::vector<std::optional<ShardStatus>> totals;
-    std::vector<int> lost;  // shards that restarted without the job
+    std::vector<int> lost;          // shards that restarted without the job
+    std::vector<int64_t> versions;  // kPromote: the new primary's version
     std::optional<RollbackResult> rollback;
   };
 

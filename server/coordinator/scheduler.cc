@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/coordinator/data_assignment.h"
 #include "server/coordinator/leftover_data.h"
+#include "server/coordinator/replicas.h"
 
 namespace ps::coordinator {
 
@@ -77,8 +78,12 @@ std::optional<Scheduler::Start> Scheduler::Plan(WriteBatch* writes) {
   const int want = next->record.spec().num_workers() > 0
                        ? next->record.spec().num_workers()
                        : std::max<int>(1, static_cast<int>(idle.size()));
-  const std::string reason = WhyPending(static_cast<int>(alive_servers.size()),
-                                        static_cast<int>(idle.size()), want);
+  std::string reason = WhyPending(static_cast<int>(alive_servers.size()),
+                                  static_cast<int>(idle.size()), want);
+  if (reason.empty()) {
+    reason = ReplicationShortfall(next->record.spec(),
+                                  static_cast<int>(alive_servers.size()));
+  }
   if (!reason.empty()) {
     if (next->record.reason() != reason) {
       next->record.set_reason(reason);
@@ -98,6 +103,21 @@ std::optional<Scheduler::Start> Scheduler::Plan(WriteBatch* writes) {
     start.servers.push_back(m.address());
   }
   start.workers.assign(idle.begin(), idle.begin() + want);
+  AssignReplicas(r);
+  const int n = r.servers_size();
+  start.setups.resize(n);
+  for (int i = 0; i < n; ++i) {
+    if (i < r.replicas_size()) {
+      const SetupJobRequest backup =
+          ReplicaSetup(r, i, SetupJobRequest::BACKUP, start.workers);
+      for (const std::string& a : r.replicas(i).backup_addresses()) {
+        start.setups[i].emplace_back(a, backup);
+      }
+    }
+    start.setups[i].emplace_back(
+        r.servers(i),
+        ReplicaSetup(r, i, SetupJobRequest::PRIMARY, start.workers));
+  }
   AssignInitialSlots(r, start.workers);
   AssignInitialPlans(r);
   r.set_reason(absl::StrCat("setting up ", start.servers.size(), " shard(s)"));
@@ -172,13 +192,10 @@ void Scheduler::StartNextJob(WriteBatch* writes) {
   const int n = static_cast<int>(start->servers.size());
   std::vector<absl::Status> results(n);
   for (int i = 0; i < n; ++i) {
-    SetupJobRequest req;
-    req.set_job_id(start->job_id);
-    *req.mutable_spec() = start->spec;
-    req.set_shard_index(i);
-    req.set_num_shards(n);
-    for (int64_t w : start->workers) req.add_worker_ids(w);
-    results[i] = shards_->SetupJob(start->servers[i], req).status();
+    for (const auto& [address, req] : start->setups[i]) {
+      results[i] = shards_->SetupJob(address, req).status();
+      if (!results[i].ok()) break;
+    }
   }
   std::vector<std::string> teardown;
   {

@@ -81,6 +81,9 @@ class Scheduler {
     JobSpec spec;
     std::vector<std::string> servers;
     std::vector<int64_t> workers;
+    // Per shard, the SetupJob calls in order (address, request): a
+    // replicated shard's backups first, then its primary.
+    std::vector<std::vector<std::pair<std::string, SetupJobRequest>>> setups;
   };
   // Picks the oldest PENDING job not being started; lays it out (the job is
   // then `starting`) or updates its reason. nullopt when none starts now.

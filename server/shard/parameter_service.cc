@@ -137,8 +137,18 @@ class ServiceImpl final : public ServiceBase, public ParameterServiceAdapter {
                               const GetShardStatusRequest* request,
                               ShardStatus* response) override {
     return Serve(
-        *context, [&] { return store_->GetShardStatus(request->job_id()); },
+        *context,
+        [&] {
+          return store_->GetShardStatus(
+              request->job_id(), request->has_shard() ? request->shard() : -1);
+        },
         response);
+  }
+  grpc::Status Replicate(grpc::ServerContext* context,
+                         const ReplicateRequest* request,
+                         ReplicateResponse* response) override {
+    return Serve(
+        *context, [&] { return store_->Replicate(*request); }, response);
   }
 
  private:
@@ -210,27 +220,6 @@ struct PullCall {
   DecodedMessage decoded;
 };
 
-// Views of SparseRows parsed by protobuf (a then_pull's keys), their keys
-// copied into `keys` so that they are aligned.
-std::vector<SparseRowsView> ViewsOf(
-    const google::protobuf::RepeatedPtrField<SparseRows>& rows,
-    std::deque<std::vector<uint64_t>>* keys) {
-  std::vector<SparseRowsView> views;
-  for (const SparseRows& r : rows) {
-    SparseRowsView v;
-    v.table = r.table();
-    v.dtype = r.dtype();
-    v.num_rows = r.num_rows();
-    v.dim = r.dim();
-    std::vector<uint64_t>& k = keys->emplace_back(r.keys().size() / 8);
-    std::memcpy(k.data(), r.keys().data(), k.size() * 8);
-    v.keys = k;
-    v.rows = r.rows();
-    views.push_back(v);
-  }
-  return views;
-}
-
 absl::StatusOr<DType> PullDType(const PullRequest& request) {
   const DType dtype =
       request.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : request.dtype();
@@ -252,6 +241,7 @@ absl::StatusOr<PullResult> ServiceImpl::PullChunks(
   args.whole_step = whole_step;
   args.version_only = request.version_only();
   args.job_id = request.job_id();
+  args.shard = request.has_shard() ? request.shard() : -1;
   args.worker_id = request.worker_id();
   args.clock = request.clock();
   args.min_version = request.min_version();
@@ -387,13 +377,17 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
     // The pull is the pushing worker's, in the pushed job.
     call->header.mutable_then_pull()->set_job_id(call->header.job_id());
     call->header.mutable_then_pull()->set_worker_id(call->header.worker_id());
+    if (call->header.has_shard()) {
+      call->header.mutable_then_pull()->set_shard(call->header.shard());
+    }
     call->pull_sparse =
-        ViewsOf(call->header.then_pull().sparse(), &call->key_copies);
+        ViewsOfSparseRows(call->header.then_pull().sparse(), &call->key_copies);
   }
   const absl::Time deadline = WaitDeadline(*context);
   auto run = [this, call, reactor, response, deadline, pull_dtype] {
     PushArgs args;
     args.job_id = call->header.job_id();
+    args.shard = call->header.has_shard() ? call->header.shard() : -1;
     args.worker_id = call->header.worker_id();
     args.seq = call->header.seq();
     args.clock = call->header.clock();
@@ -441,6 +435,7 @@ grpc::ServerUnaryReactor* ServiceImpl::Push(
   // Only a BSP end of step can wait (for the worker's earlier pushes).
   PushArgs probe;
   probe.job_id = call->header.job_id();
+  probe.shard = call->header.has_shard() ? call->header.shard() : -1;
   probe.worker_id = call->header.worker_id();
   probe.seq = call->header.seq();
   probe.end_of_step = call->header.end_of_step();

@@ -30,6 +30,8 @@
 #include "proto/coordinator_service.grpc.pb.h"
 #include "server/shard/member_id_file.h"
 #include "server/shard/parameter_service.h"
+#include "server/shard/replica_link.h"
+#include "server/shard/shard_router.h"
 #include "server/shard/shard_store.h"
 
 ABSL_FLAG(int64_t, member_id, 0,
@@ -174,9 +176,10 @@ absl::Status ServeMetrics(MetricsRegistry& metrics) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ShardStore>> CreateStore(
-    MetricsRegistry& metrics) {
+absl::StatusOr<std::unique_ptr<ShardStore>> CreateOneStore(
+    MetricsRegistry& metrics, bool restarted) {
   ShardStoreOptions store_options;
+  store_options.restarted = restarted;
   store_options.data_dir = absl::GetFlag(FLAGS_data_dir);
   store_options.metrics = &metrics;
   store_options.apply_threads = absl::GetFlag(FLAGS_apply_threads);
@@ -187,6 +190,22 @@ absl::StatusOr<std::unique_ptr<ShardStore>> CreateStore(
     store_options.apply_threads = DefaultApplyThreads();
   }
   return ShardStore::Create(store_options);
+}
+
+// The server's shards: a ShardRouter over stores made with the flags'
+// options, reaching backups with the cluster's TLS settings and token.
+absl::StatusOr<std::unique_ptr<ShardStore>> CreateStore(
+    MetricsRegistry& metrics, const TlsOptions& tls, const std::string& token,
+    bool restarted) {
+  ChannelOptions channel;
+  channel.tls = tls;
+  channel.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<ShardRouter> router,
+      ShardRouter::Create(
+          [&metrics, restarted] { return CreateOneStore(metrics, restarted); },
+          GrpcReplicaLinks(channel, token)));
+  return std::unique_ptr<ShardStore>(std::move(router));
 }
 
 absl::StatusOr<std::unique_ptr<ParameterServiceAdapter>> CreateService(
@@ -308,7 +327,8 @@ int Run() {
     Log(s.ToString());
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<ShardStore>> store = CreateStore(metrics);
+  absl::StatusOr<std::unique_ptr<ShardStore>> store =
+      CreateStore(metrics, tls, *token, /*restarted=*/*member_id != 0);
   if (!store.ok()) {
     Log(store.status().ToString());
     return 2;

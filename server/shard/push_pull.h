@@ -36,6 +36,9 @@ struct PushChunk {
 
 struct PushArgs {
   absl::string_view job_id;
+  // The job's shard the push is for (PushRequest.shard); -1: unset, the
+  // one shard of the job the store holds.
+  int shard = -1;
   int64_t worker_id = 0;
   uint64_t seq = 0;
   int64_t clock = 0;
@@ -58,6 +61,7 @@ struct PushResult {
 
 struct PullArgs {
   absl::string_view job_id;
+  int shard = -1;  // as PushArgs::shard
   int64_t worker_id = 0;
   int64_t clock = 0;
   int64_t min_version = 0;

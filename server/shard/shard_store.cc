@@ -30,6 +30,14 @@
 namespace ps::server {
 namespace {
 
+// A call that names its shard (PushRequest.shard) must have reached it.
+absl::Status CheckShard(const Job& job, int shard) {
+  if (shard < 0 || shard == job.shard_index) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("a call for shard ", shard, " of job '", job.id,
+                   "' reached shard ", job.shard_index, " of it"));
+}
+
 class ShardStoreImpl final : public ShardStore {
  public:
   explicit ShardStoreImpl(const ShardStoreOptions& options)
@@ -72,10 +80,17 @@ class ShardStoreImpl final : public ShardStore {
     snapshots_waiting_ = false;
   }
   void Shutdown() override;
-  absl::StatusOr<ShardStatus> GetShardStatus(
-      absl::string_view job_id) override {
+  absl::StatusOr<ShardStatus> GetShardStatus(absl::string_view job_id,
+                                             int shard) override {
     PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+    PS_RETURN_IF_ERROR(CheckShard(*job, shard));
     return JobStatus(*job);
+  }
+  absl::StatusOr<ReplicateResponse> Replicate(
+      const ReplicateRequest&) override {
+    return absl::UnimplementedError(
+        "this shard store holds no replicas (ps_server serves replicated "
+        "shards through its ShardRouter)");
   }
   absl::StatusOr<std::shared_ptr<const Placement>> GetPlacement(
       absl::string_view job_id) override {
@@ -99,6 +114,13 @@ class ShardStoreImpl final : public ShardStore {
   absl::StatusOr<std::shared_ptr<Job>> FindJobForData(
       absl::string_view job_id) {
     absl::StatusOr<std::shared_ptr<Job>> job = FindJob(job_id);
+    if (!job.ok() && options_.restarted) {
+      return absl::UnavailableError(absl::StrCat(
+          "job '", job_id,
+          "' is not set up on this parameter server (it restarted without "
+          "it: the coordinator sets the job up again here or moves its shard "
+          "to a replica)"));
+    }
     if (job.ok() || !checkpoints_.enabled() || job_id.empty() ||
         job_id[0] == '.' ||
         job_id.find_first_of("/\\") != absl::string_view::npos) {
@@ -302,6 +324,7 @@ void ShardStoreImpl::CloseStep(Job& job, int64_t step,
 absl::StatusOr<PushResult> ShardStoreImpl::Push(const PushArgs& args,
                                                 absl::Time deadline) {
   PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJobForData(args.job_id));
+  PS_RETURN_IF_ERROR(CheckShard(*job, args.shard));
   PS_RETURN_IF_ERROR(CheckPushHeader(*job, args));
   PS_ASSIGN_OR_RETURN(PreparedPush prepared, PrepareTables(*job, args));
   PushResult result;
@@ -346,6 +369,7 @@ absl::StatusOr<PullResult> ShardStoreImpl::PullWithRows(
     const PullArgs& args, absl::Time deadline, ChunkSink sink,
     const SparseSink* rows) {
   PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJobForData(args.job_id));
+  PS_RETURN_IF_ERROR(CheckShard(*job, args.shard));
   PS_RETURN_IF_ERROR(CheckSparsePull(*job, args, rows != nullptr));
   for (const auto& table : job->tables) {
     PS_RETURN_IF_ERROR(table->CheckPull(args));

@@ -88,6 +88,11 @@ struct ShardStoreOptions {
   // Threads that apply a BSP step's update when it closes (the closing
   // thread and apply_threads - 1 helpers), chunks spread over them; >= 1.
   int apply_threads = 1;
+  // The server restarted (it kept its member id): a push or pull of a job
+  // it does not hold is answered UNAVAILABLE, not NOT_FOUND, so that the
+  // workers retry while the coordinator restores the job here or fails its
+  // shard over to a replica and tells them where.
+  bool restarted = false;
   // Called after TeardownJob dropped a job's state (ps_server:
   // ReleaseFreedMemory, common/platform/process.h), so that the memory its
   // tables freed leaves the process instead of staying in the allocator's
@@ -160,8 +165,18 @@ class ShardStore {
   // Writes a checkpoint of every job (shutdown with --checkpoint_on_exit).
   virtual absl::Status CheckpointAll() = 0;
 
-  virtual absl::StatusOr<ShardStatus> GetShardStatus(
-      absl::string_view job_id) = 0;
+  // The job's status on this server; `shard` >= 0: of that shard of the
+  // job (GetShardStatusRequest.shard), -1: of the one it holds.
+  virtual absl::StatusOr<ShardStatus> GetShardStatus(absl::string_view job_id,
+                                                     int shard) = 0;
+  absl::StatusOr<ShardStatus> GetShardStatus(absl::string_view job_id) {
+    return GetShardStatus(job_id, -1);
+  }
+
+  // Replicated shards: applies a primary's changes to the backup held here
+  // (server/shard/shard_router.h).
+  virtual absl::StatusOr<ReplicateResponse> Replicate(
+      const ReplicateRequest& request) = 0;
 
   // Releases every waiting pull and barrier with UNAVAILABLE ("shutting
   // down") and refuses new waits, so that a server can stop promptly.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "common/platform/fake_clock.h"
 #include "common/wire/placement.h"
 #include "server/shard/shard_test_util.h"
@@ -173,6 +174,29 @@ TEST(ShardStore, TeardownReleasesWaitersAndForgetsTheJob) {
   t.join();
   EXPECT_EQ(pulled.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->GetShardStatus("job1").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// A restarted server answers a push or pull of a job it does not hold
+// with UNAVAILABLE: the workers retry while the coordinator sets the job up
+// again or fails its shard over (they must not give up on NOT_FOUND).
+TEST(ShardStore, ARestartedServerTellsWorkersToRetryAJobItDoesNotHold) {
+  FakeClock clock;
+  ShardStoreOptions options;
+  options.clock = &clock;
+  options.restarted = true;
+  auto store = ShardStore::Create(options);
+  ASSERT_TRUE(store.ok());
+  auto pushed = PushValue(**store, 1, 1, 0, 1.0f, true);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kNotFound)
+      << "no job: not even its placement";
+  PushArgs args = PushHeader(1, 1, 0, 0, true);
+  auto r = (*store)->Push(args, Far());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "restarted"))
+      << r.status();
+  // Not restarted: NOT_FOUND as before.
+  EXPECT_EQ(NewStore(&clock)->Push(args, Far()).status().code(),
             absl::StatusCode::kNotFound);
 }
 

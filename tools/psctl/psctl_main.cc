@@ -241,6 +241,16 @@ void PrintJob(const JobData& job) {
   }
   std::printf("workers    %d, servers %d, events %lld\n", r.workers_size(),
               r.servers_size(), static_cast<long long>(r.num_events()));
+  if (r.replicas_size() > 0) {
+    // Replicated shards: the backups each shard still has.
+    std::string backups;
+    for (int i = 0; i < r.replicas_size(); ++i) {
+      absl::StrAppend(&backups, i == 0 ? "" : ", ",
+                      r.replicas(i).backup_members_size());
+    }
+    std::printf("replicas   factor %d, backups per shard: %s\n",
+                r.spec().replication().factor(), backups.c_str());
+  }
 }
 
 struct CompareFlags {

@@ -24,6 +24,9 @@ struct CallEngine::Call final : Transport::Listener,
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
   int attempts = 0;
+  // The running attempt was cancelled because the shard moved (under
+  // engine->mu_): it is retried at once, whatever it ends with.
+  bool moved = false;
   absl::Time first_start;
   absl::Duration backoff;
 
@@ -93,6 +96,7 @@ void CallEngine::Start(std::shared_ptr<Call> call) {
     cancelled = cancelling_ > 0;
     // (A Cancel between here and Start cancels it as it starts.)
     if (!cancelled) call->attempt = attempt;
+    call->moved = false;
   }
   if (cancelled) {
     Finish(call, absl::CancelledError(absl::StrCat(
@@ -132,20 +136,65 @@ void CallEngine::CancelInFlight() {
   --cancelling_;
 }
 
+absl::Status CallEngine::SetAddresses(
+    const std::vector<std::string>& addresses) {
+  std::vector<bool> moved(transport_->num_shards(), false);
+  for (size_t s = 0; s < addresses.size() && s < moved.size(); ++s) {
+    moved[s] = transport_->address(static_cast<int>(s)) != addresses[s];
+  }
+  PS_RETURN_IF_ERROR(transport_->SetAddresses(addresses));
+  std::vector<std::shared_ptr<Transport::Attempt>> attempts;
+  std::vector<std::shared_ptr<Transport::Timer>> timers;
+  {
+    absl::MutexLock l(&mu_);
+    for (Call* call : live_) {
+      if (!moved[call->shard]) continue;
+      if (call->attempt != nullptr) {
+        call->moved = true;
+        attempts.push_back(call->attempt);
+      }
+      if (call->timer != nullptr) timers.push_back(call->timer);
+    }
+  }
+  // Outside the lock, as in CancelInFlight. An attempt that has ended
+  // already is not cancelled again; one that started on the new address
+  // meanwhile is cancelled and sent there again.
+  for (const auto& attempt : attempts) attempt->Cancel();
+  for (const auto& timer : timers) timer->Cancel();
+  return absl::OkStatus();
+}
+
 void CallEngine::Done(std::shared_ptr<Call> call, absl::Status s) {
   if (s.ok()) {
     s = call->message->OnResponse(call->response);
     Finish(call, s);
     return;
   }
+  bool moved;
+  {
+    absl::MutexLock l(&mu_);
+    moved = std::exchange(call->moved, false) && cancelling_ == 0;
+  }
+  if (moved) {
+    // Whatever the old address answered (CANCELLED, most often), the new
+    // one has not been asked: no backoff.
+    s = absl::UnavailableError(absl::StrCat("shard ", call->shard, " moved to ",
+                                            transport_->address(call->shard),
+                                            " (failover)"));
+  }
   const RetryPolicy& retry = options_.retry;
-  const absl::Time next = clock_->Now() + call->backoff;
+  const absl::Time next =
+      clock_->Now() + (moved ? absl::ZeroDuration() : call->backoff);
   if (IsRetryable(s) && call->attempts < retry.max_attempts &&
       next - call->first_start < retry.total_deadline) {
     bool retrying;
     {
       absl::MutexLock l(&mu_);
       retrying = cancelling_ == 0;
+    }
+    if (retrying && moved) {
+      Start(std::move(call));
+      return;
     }
     if (retrying) {
       call->backoff =

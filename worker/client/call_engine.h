@@ -9,7 +9,8 @@
 // UNAVAILABLE or DEADLINE_EXCEEDED are retried with exponential backoff
 // (RetryPolicy: up to max_attempts, while the next attempt would start
 // within total_deadline of the first), re-encoding the same Message, so a
-// push keeps its sequence number and the server applies it once. Other
+// push keeps its sequence number and the server applies it once; each
+// attempt goes to its shard's address of the moment (SetAddresses). Other
 // errors, and errors of Message::OnResponse, end the call at once. The
 // final error names the method, the shard, its address and the attempt.
 #ifndef PS_WORKER_CLIENT_CALL_ENGINE_H_
@@ -19,6 +20,7 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -80,6 +82,15 @@ class CallEngine {
   // `ticket`'s messages (which the caller has Add()ed).
   void Send(const std::shared_ptr<TicketState>& ticket, int shard, Rpc rpc,
             std::unique_ptr<Message> message, Origin origin);
+
+  // Moves shard i to addresses[i] (a failover; Transport::SetAddresses,
+  // whose errors it returns, leaving every shard where it was). No call is
+  // dropped: those to a shard that moved start their next attempt on the
+  // new address at once, a running attempt being cancelled for it and one
+  // waiting out its backoff woken, as a retry (same message: a push keeps
+  // its sequence number). Calls running concurrently with it go to the old
+  // address or the new one, and are retried on the new one if they fail.
+  absl::Status SetAddresses(const std::vector<std::string>& addresses);
 
   // Cancels every call still in flight (and those queued or waiting to be
   // retried; their tickets complete with CANCELLED) and returns once none

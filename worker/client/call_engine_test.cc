@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -349,6 +350,43 @@ TEST(CallEngine, CallsCancelledBeforeTheyStartAreNotSent) {
   EXPECT_NE(t.Wait(kWait).message().find("cancelled (the caller stopped)"),
             std::string::npos)
       << t.Wait(kWait);
+}
+
+// A shard that moves (a failover) takes its calls along: a running attempt
+// is cancelled and its message sent again to the new address at once, as
+// is a call that was waiting out its backoff; calls to the other shards go
+// on undisturbed, and a wrong count of addresses moves nothing.
+TEST(CallEngine, AMovedShardsCallsGoOnAtItsNewAddress) {
+  Rig rig(Policy(), false, 3);
+  EXPECT_EQ(rig.engine->SetAddresses({"new-0"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  Ticket backing_off = rig.Send(1, "backing off");
+  rig.transport->Answer(Fail(absl::UnavailableError("down")));
+  ASSERT_EQ(rig.transport->PendingTimers().size(), 1u);
+  Ticket running = rig.Send(0, "running");
+  Ticket other = rig.Send(2, "other");
+  ASSERT_EQ(rig.transport->Waiting().size(), 2u);
+  EXPECT_EQ(rig.transport->Waiting()[0].address, "fake-shard-0");
+
+  ASSERT_TRUE(
+      rig.engine->SetAddresses({"new-0", "new-1", "fake-shard-2"}).ok());
+  EXPECT_TRUE(rig.transport->PendingTimers().empty());  // no backoff left
+  std::map<std::string, std::string> address_of;
+  for (const FakeRequest& r : rig.transport->Waiting()) {
+    address_of[r.pull.job_id()] = r.address;
+  }
+  EXPECT_EQ(address_of,
+            (std::map<std::string, std::string>{{"backing off", "new-1"},
+                                                {"running", "new-0"},
+                                                {"other", "fake-shard-2"}}));
+  EXPECT_EQ(rig.transport->cancelled(), 1);  // "running" at fake-shard-0
+  EXPECT_EQ(rig.log.encodes, 5);
+  EXPECT_EQ(rig.transport->AnswerAll(Ok), 3);
+  for (Ticket* t : {&backing_off, &running, &other}) {
+    EXPECT_TRUE(t->Wait(kWait).ok()) << t->Wait(kWait);
+  }
+  EXPECT_EQ(rig.log.responses, 3);
+  EXPECT_EQ(rig.transport->started(), 5);
 }
 
 }  // namespace

@@ -388,6 +388,7 @@ std::unique_ptr<Message> DenseCodec::PullMessage(
   PullRequest request;
   request.set_job_id(session_->job_id());
   request.set_worker_id(session_->worker_id());
+  request.set_shard(shard);
   request.set_clock(clock);
   request.set_min_version(min_version);
   request.set_dtype(options_.wire_dtype);
@@ -413,6 +414,7 @@ std::unique_ptr<Message> DenseCodec::PushAndPullMessage(
       PushHeader(args.shard, args.clock, args.base_version, args.last);
   if (args.ask) {
     PullRequest* then = header.mutable_then_pull();
+    then->set_shard(args.shard);
     then->set_clock(args.next_clock);
     then->set_min_version(args.min_version);
     then->set_dtype(options_.wire_dtype);

@@ -16,6 +16,15 @@ int64_t FakeRequest::payload_bytes() const {
   return n;
 }
 
+bool FakeRequest::names_its_shard() const {
+  auto names = [this](const PullRequest& r) {
+    return r.has_shard() && r.shard() == shard;
+  };
+  if (rpc == Rpc::kPull) return names(pull);
+  return push.has_shard() && push.shard() == shard &&
+         (!push.has_then_pull() || names(push.then_pull()));
+}
+
 class FakeTransport::FakeAttempt final : public Transport::Attempt {
  public:
   explicit FakeAttempt(FakeTransport* transport) : transport_(transport) {}
@@ -38,6 +47,7 @@ class FakeTransport::FakeTimer final : public Transport::Timer {
 };
 
 FakeTransport::FakeTransport(int num_shards) : num_shards_(num_shards) {
+  absl::MutexLock l(&mu_);
   for (int s = 0; s < num_shards; ++s) {
     addresses_.push_back(absl::StrCat("fake-shard-", s));
   }
@@ -181,8 +191,24 @@ int FakeTransport::cancelled() const {
   return cancelled_;
 }
 
-const std::string& FakeTransport::address(int shard) const {
+std::string FakeTransport::address(int shard) const {
+  absl::MutexLock l(&mu_);
   return addresses_[shard];
+}
+
+absl::Status FakeTransport::SetAddresses(
+    const std::vector<std::string>& addresses) {
+  if (static_cast<int>(addresses.size()) != num_shards_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fake transport: ", addresses.size(), " addresses for ",
+                     num_shards_, " shards"));
+  }
+  for (const std::string& a : addresses) {
+    if (a.empty()) return absl::InvalidArgumentError("fake transport: empty");
+  }
+  absl::MutexLock l(&mu_);
+  addresses_ = addresses;
+  return absl::OkStatus();
 }
 
 std::shared_ptr<Transport::Attempt> FakeTransport::NewAttempt() {
@@ -196,6 +222,7 @@ void FakeTransport::Start(Attempt& attempt, int shard, Rpc rpc,
   Pending p;
   p.attempt = static_cast<FakeAttempt*>(&attempt);
   p.request.shard = shard;
+  p.request.address = address(shard);
   p.request.rpc = rpc;
   p.response = response;
   p.listener = std::move(listener);

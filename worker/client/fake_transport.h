@@ -51,6 +51,7 @@ struct FakeSparse {
 // One attempt's request, decoded.
 struct FakeRequest {
   int shard = 0;
+  std::string address;  // the shard's when the attempt started
   Rpc rpc = Rpc::kPush;
   PushRequest push;  // rpc == kPush (without its chunks)
   PullRequest pull;  // rpc == kPull
@@ -61,6 +62,9 @@ struct FakeRequest {
   // checking that payloads were sent from the caller's memory).
   std::vector<std::pair<const char*, size_t>> slices;
   int64_t payload_bytes() const;
+  // Whether the request, and its then_pull, name the shard it was sent to
+  // (PushRequest.shard, PullRequest.shard).
+  bool names_its_shard() const;
 };
 
 struct FakeReply {
@@ -119,7 +123,9 @@ class FakeTransport final : public Transport {
 
   // Transport.
   int num_shards() const override { return num_shards_; }
-  const std::string& address(int shard) const override;
+  std::string address(int shard) const override;
+  // Takes any non-empty addresses (INVALID_ARGUMENT as GrpcTransport).
+  absl::Status SetAddresses(const std::vector<std::string>& addresses) override;
   std::shared_ptr<Attempt> NewAttempt() override;
   void Start(Attempt& attempt, int shard, Rpc rpc,
              const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
@@ -148,8 +154,8 @@ class FakeTransport final : public Transport {
   void CancelTimer(FakeTimer* timer);
 
   const int num_shards_;
-  std::vector<std::string> addresses_;
   mutable absl::Mutex mu_;
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   std::deque<Pending> waiting_ ABSL_GUARDED_BY(mu_);
   std::deque<PendingTimer> timers_ ABSL_GUARDED_BY(mu_);
   int started_ ABSL_GUARDED_BY(mu_) = 0;

@@ -5,9 +5,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/call_once.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/platform/status.h"
 
 namespace ps::client {
@@ -25,32 +30,62 @@ class GrpcTimer final : public Transport::Timer {
   grpc::Alarm alarm;
 };
 
+// One shard's connections to one address. Replaced whole when the shard
+// moves; an attempt holds the one it started on until its call is under
+// way (the call then holds its channel).
+struct ShardConnections {
+  std::string address;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
+  mutable std::atomic<uint32_t> next{0};  // round robin
+};
+
 class GrpcTransport final : public Transport {
  public:
   explicit GrpcTransport(const GrpcTransportOptions& options)
-      : options_(options), next_stub_(options.server_addresses.size()) {}
+      : options_(options) {}
 
   absl::Status Connect() {
+    std::vector<std::shared_ptr<const ShardConnections>> shards;
     for (const std::string& address : options_.server_addresses) {
-      std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
-      for (int c = 0; c < options_.connections_per_shard; ++c) {
-        ChannelOptions copts;
-        copts.tls = options_.tls;
-        copts.max_message_bytes = options_.max_message_bytes;
-        copts.connection_id = c + 1;
-        PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, copts));
-        stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
-      }
-      stubs_.push_back(std::move(stubs));
+      PS_ASSIGN_OR_RETURN(auto shard, ConnectTo(address));
+      shards.push_back(std::move(shard));
     }
+    absl::MutexLock l(&mu_);
+    shards_ = std::move(shards);
     return absl::OkStatus();
   }
 
   int num_shards() const override {
     return static_cast<int>(options_.server_addresses.size());
   }
-  const std::string& address(int shard) const override {
-    return options_.server_addresses[shard];
+  std::string address(int shard) const override {
+    return Shard(shard)->address;
+  }
+
+  absl::Status SetAddresses(
+      const std::vector<std::string>& addresses) override {
+    if (static_cast<int>(addresses.size()) != num_shards()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gRPC transport: ", addresses.size(), " addresses for ",
+                       num_shards(), " shards"));
+    }
+    // Connected outside the lock (MakeChannel may read TLS files), and
+    // swapped in only once every moved shard's connections are made.
+    std::vector<std::shared_ptr<const ShardConnections>> moved(
+        addresses.size());
+    for (size_t s = 0; s < addresses.size(); ++s) {
+      if (addresses[s].empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gRPC transport: no address for shard ", s));
+      }
+      if (address(static_cast<int>(s)) == addresses[s]) continue;
+      PS_ASSIGN_OR_RETURN(moved[s], ConnectTo(addresses[s]));
+    }
+    absl::MutexLock l(&mu_);
+    for (size_t s = 0; s < moved.size(); ++s) {
+      if (moved[s] != nullptr) shards_[s] = std::move(moved[s]);
+    }
+    return absl::OkStatus();
   }
 
   std::shared_ptr<Attempt> NewAttempt() override {
@@ -62,8 +97,10 @@ class GrpcTransport final : public Transport {
   void Start(Attempt& attempt, int shard, Rpc rpc,
              const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
              std::shared_ptr<Listener> listener) override {
-    const uint32_t n = next_stub_[shard].fetch_add(1);
-    grpc::GenericStub* stub = stubs_[shard][n % stubs_[shard].size()].get();
+    // (Kept until UnaryCall returns: a move may replace it meanwhile.)
+    const std::shared_ptr<const ShardConnections> c = Shard(shard);
+    const uint32_t n = c->next.fetch_add(1);
+    grpc::GenericStub* stub = c->stubs[n % c->stubs.size()].get();
     stub->UnaryCall(&static_cast<GrpcAttempt&>(attempt).context, RpcMethod(rpc),
                     grpc::StubOptions(), request, response,
                     [listener = std::move(listener)](grpc::Status status) {
@@ -86,9 +123,31 @@ class GrpcTransport final : public Transport {
   }
 
  private:
+  absl::StatusOr<std::shared_ptr<const ShardConnections>> ConnectTo(
+      const std::string& address) const {
+    auto shard = std::make_shared<ShardConnections>();
+    shard->address = address;
+    for (int c = 0; c < options_.connections_per_shard; ++c) {
+      ChannelOptions copts;
+      copts.tls = options_.tls;
+      copts.max_message_bytes = options_.max_message_bytes;
+      copts.connection_id = c + 1;
+      PS_ASSIGN_OR_RETURN(auto channel, MakeChannel(address, copts));
+      shard->stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
+    }
+    return std::shared_ptr<const ShardConnections>(std::move(shard));
+  }
+
+  std::shared_ptr<const ShardConnections> Shard(int shard) const {
+    absl::ReaderMutexLock l(&mu_);
+    return shards_[shard];
+  }
+
   const GrpcTransportOptions options_;
-  std::vector<std::vector<std::unique_ptr<grpc::GenericStub>>> stubs_;
-  std::vector<std::atomic<uint32_t>> next_stub_;  // per shard, round robin
+  mutable absl::Mutex mu_;
+  // By shard index.
+  std::vector<std::shared_ptr<const ShardConnections>> shards_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

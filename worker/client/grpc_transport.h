@@ -1,7 +1,8 @@
 // The parameter client's transport over gRPC: each attempt is one unary
 // call of the generic (ByteBuffer) API with the callback interface, spread
 // round-robin over several TCP connections per shard; backoff timers are
-// grpc::Alarms.
+// grpc::Alarms. A shard that moves (SetAddresses) gets new connections; the
+// old ones close once the attempts running on them have ended.
 #ifndef PS_WORKER_CLIENT_GRPC_TRANSPORT_H_
 #define PS_WORKER_CLIENT_GRPC_TRANSPORT_H_
 

@@ -63,6 +63,15 @@ class ClientImpl final : public ParameterClient {
                               int64_t min_version,
                               std::vector<SparsePull> next) override;
   const Placement& placement() const override { return codec_.placement(); }
+  absl::Status SetServerAddresses(
+      const std::vector<std::string>& addresses) override {
+    if (static_cast<int>(addresses.size()) != num_shards()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ParameterClient: ", addresses.size(),
+          " server addresses for a placement on ", num_shards(), " shards"));
+    }
+    return engine_.SetAddresses(addresses);
+  }
   void CancelInFlight() override { engine_.CancelInFlight(); }
 
  private:

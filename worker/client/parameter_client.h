@@ -242,6 +242,17 @@ class ParameterClient {
 
   virtual const Placement& placement() const = 0;
 
+  // Moves shard i to addresses[i] (index = shard index, as
+  // server_addresses): a failover put another server in charge of it. Calls
+  // in flight are not dropped: their next attempt goes to the new address
+  // (at once: a running attempt is cancelled and resent), a push with its
+  // sequence number, so a shard that holds it already answers it as a
+  // duplicate (CallEngine::SetAddresses). INVALID_ARGUMENT for a count other
+  // than the placement's shards or an empty address; the TLS files' errors
+  // as MakeChannel reports them (nothing moved then).
+  virtual absl::Status SetServerAddresses(
+      const std::vector<std::string>& addresses) = 0;
+
   // Cancels every call still in flight (and those queued or waiting to be
   // retried; their tickets complete with CANCELLED) and returns once none
   // is left, so that nothing touches the callers' gradient and weight

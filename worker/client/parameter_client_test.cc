@@ -43,7 +43,8 @@ float Weight(int64_t chunk, int64_t i) {
 
 // Answers as shards would: pulls and fused pulls with the chunks asked for
 // (Weight), each shard with its version and min clock; pushes with the
-// shard's version.
+// shard's version. Every request must name its shard (a server may hold
+// several shards of a job after a failover).
 struct Shards {
   explicit Shards(const Placement& p)
       : placement(p),
@@ -68,6 +69,7 @@ struct Shards {
   }
 
   FakeReply operator()(const FakeRequest& r) {
+    EXPECT_TRUE(r.names_its_shard()) << "sent to shard " << r.shard;
     if (r.rpc == Rpc::kPull) {
       PullResponse response;
       response.set_version(version[r.shard]);

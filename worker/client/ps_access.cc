@@ -23,15 +23,16 @@ namespace {
 // message sent during the step also asks back its own chunks' next weights,
 // which the shards send once they are applied (BSP: as soon as every worker's
 // gradient of them is in; SSP: once the slowest worker is within the
-// bound). Not thread-safe (one training loop calls it).
-class PsAccess final : public ParameterAccess {
+// bound). Not thread-safe (one training loop calls it), but for
+// SetServerAddresses.
+class PsAccessImpl final : public PsAccess {
  public:
   // Big enough that biases and small layers share a message, small enough
   // that a big layer leaves as soon as backward has produced it.
   static constexpr int64_t kFlushBytes = 64 << 10;
 
-  PsAccess(std::unique_ptr<ParameterClient> client,
-           ConsistencySpec::Model model, PsAccessOptions options)
+  PsAccessImpl(std::unique_ptr<ParameterClient> client,
+               ConsistencySpec::Model model, PsAccessOptions options)
       : client_(std::move(client)),
         model_(model),
         options_(std::move(options)),
@@ -96,6 +97,11 @@ class PsAccess final : public ParameterAccess {
 
   void CancelCalls() override { client_->CancelInFlight(); }
 
+  absl::Status SetServerAddresses(
+      const std::vector<std::string>& addresses) override {
+    return client_->SetServerAddresses(addresses);
+  }
+
  private:
   // One step's calls: its pushes, the weights they ask back (`pulls`, by
   // chunk in `pull_of`), and its end of step with the rest of the weights.
@@ -121,7 +127,7 @@ class PsAccess final : public ParameterAccess {
   // An end of step on its way: the weights can be awaited chunk by chunk.
   class InProgress final : public Handle::Call {
    public:
-    InProgress(PsAccess* access, Step step,
+    InProgress(PsAccessImpl* access, Step step,
                std::vector<absl::Span<float>> tensors)
         : access_(access),
           step_(std::move(step)),
@@ -156,7 +162,7 @@ class PsAccess final : public ParameterAccess {
     }
 
    private:
-    PsAccess* const access_;
+    PsAccessImpl* const access_;
     const Step step_;
     const std::vector<absl::Span<float>> tensors_;
   };
@@ -517,10 +523,10 @@ class PsAccess final : public ParameterAccess {
 
 }  // namespace
 
-std::unique_ptr<ParameterAccess> NewPsAccess(
-    std::unique_ptr<ParameterClient> client, ConsistencySpec::Model model,
-    const PsAccessOptions& options) {
-  return std::make_unique<PsAccess>(std::move(client), model, options);
+std::unique_ptr<PsAccess> NewPsAccess(std::unique_ptr<ParameterClient> client,
+                                      ConsistencySpec::Model model,
+                                      const PsAccessOptions& options) {
+  return std::make_unique<PsAccessImpl>(std::move(client), model, options);
 }
 
 int ConnectionsPerShard(const JobSpec& spec, const Placement& placement,
@@ -536,7 +542,7 @@ int ConnectionsPerShard(const JobSpec& spec, const Placement& placement,
   return 1;
 }
 
-absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
+absl::StatusOr<std::unique_ptr<PsAccess>> CreatePsAccess(
     const WorkerAssignment& a, const PsAccessOptions& options) {
   if (a.server_addresses().empty()) {
     return absl::FailedPreconditionError(

@@ -40,19 +40,33 @@ struct PsAccessOptions {
   CompressionCounters* compression_counters = nullptr;
 };
 
+// ParameterAccess over the parameter servers, whose shards may move to
+// other servers without a rollback (a failover of replicated shards).
+class PsAccess : public ParameterAccess {
+ public:
+  // Moves shard i to addresses[i]: the server_addresses of a later
+  // assignment of the same job and incarnation. No call in flight is
+  // dropped: each goes on at the new address with the same message (a push
+  // with its sequence number): ParameterClient::SetServerAddresses, whose
+  // errors it returns. Thread-safe, unlike the other calls: a thread that
+  // watches the assignment calls it while the training loop runs.
+  virtual absl::Status SetServerAddresses(
+      const std::vector<std::string>& addresses) = 0;
+};
+
 // Connects to the assignment's shards (the job's placement, a client with
 // the retry deadline and wait spin of `options`, compressing dense
 // gradients as the job's compression says: chunk_compression.h).
 // FAILED_PRECONDITION for a job without servers; the model's and the client's
 // errors.
-absl::StatusOr<std::unique_ptr<ParameterAccess>> CreatePsAccess(
+absl::StatusOr<std::unique_ptr<PsAccess>> CreatePsAccess(
     const WorkerAssignment& assignment, const PsAccessOptions& options);
 
 // The same over `client` (tests give one over a fake transport, or a fake),
 // for a job of consistency model `model`.
-std::unique_ptr<ParameterAccess> NewPsAccess(
-    std::unique_ptr<ParameterClient> client, ConsistencySpec::Model model,
-    const PsAccessOptions& options);
+std::unique_ptr<PsAccess> NewPsAccess(std::unique_ptr<ParameterClient> client,
+                                      ConsistencySpec::Model model,
+                                      const PsAccessOptions& options);
 
 // The TCP connections a worker opens to each shard for `spec`. Two by
 // default: the answers to a step's first messages flow back while the later

@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -106,6 +107,7 @@ struct FakeLog {
   // pending for the test.
   std::function<void(Op&)> respond;
   int cancels = 0;
+  std::vector<std::vector<std::string>> moves;  // SetServerAddresses
   std::vector<Kind> kinds() const {
     std::vector<Kind> out;
     for (const Op& op : ops) out.push_back(op.kind);
@@ -162,6 +164,11 @@ class FakeClient final : public ParameterClient {
     return {Ticket(r.end), Ticket(r.pull)};
   }
   const Placement& placement() const override { return placement_; }
+  absl::Status SetServerAddresses(
+      const std::vector<std::string>& addresses) override {
+    log_->moves.push_back(addresses);
+    return absl::OkStatus();
+  }
   void CancelInFlight() override { ++log_->cancels; }
 
  private:
@@ -212,7 +219,7 @@ struct Rig {
   FakeLog log;
   std::vector<float> w1 = std::vector<float>(kBig),
                      w2 = std::vector<float>(kBig), b = std::vector<float>(10);
-  std::unique_ptr<ParameterAccess> access;
+  std::unique_ptr<PsAccess> access;
 };
 
 std::vector<int64_t> ChunksOf(const Placement& p, int tensor) {
@@ -489,6 +496,15 @@ TEST(PsAccess, WaitsEndOnStopAndAtTheRetryDeadline) {
                 "pull at clock 2: no answer from the parameter servers"),
             std::string::npos)
       << v.status();
+}
+
+// A failover's new addresses go to the client, which moves its calls
+// (parameter_client.h).
+TEST(PsAccess, SetServerAddressesMovesTheClientsShards) {
+  Rig rig(ConsistencySpec::ASP);
+  ASSERT_TRUE(rig.access->SetServerAddresses({"a2", "b"}).ok());
+  EXPECT_EQ(rig.log.moves,
+            (std::vector<std::vector<std::string>>{{"a2", "b"}}));
 }
 
 TEST(PsAccess, PartBoundariesAreTheChunkBoundaries) {

@@ -39,7 +39,8 @@ class Session {
   const std::string& job_id() const { return job_id_; }
   int64_t worker_id() const { return worker_id_; }
 
-  // The header of a push to `shard`, taking its next sequence number.
+  // The header of a push to `shard` (which it names: a server may hold
+  // several shards of the job), taking its next sequence number.
   PushRequest PushHeader(int shard, int64_t clock, int64_t base_version,
                          bool end_of_step) {
     PushRequest header;
@@ -51,6 +52,7 @@ class Session {
                                 ? pulled_version_[shard].load()
                                 : base_version);
     header.set_end_of_step(end_of_step);
+    header.set_shard(shard);
     return header;
   }
 

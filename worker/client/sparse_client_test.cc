@@ -55,7 +55,7 @@ SparseTableSpec Table(const std::string& name, int dim, DType dtype = FLOAT32) {
 
 // Answers as shards would: the rows of the keys asked for (RowValue) in the
 // dtype asked for, and pushes with the shard's version; records every push's
-// gradients by (table, key).
+// gradients by (table, key). Every request must name its shard.
 struct SparseShards {
   explicit SparseShards(std::vector<SparseTableSpec> t, int shards)
       : tables(std::move(t)), version(shards, 0) {}
@@ -76,6 +76,7 @@ struct SparseShards {
   }
 
   FakeReply operator()(const FakeRequest& r) {
+    EXPECT_TRUE(r.names_its_shard()) << "sent to shard " << r.shard;
     if (r.rpc == Rpc::kPull) {
       PullResponse response;
       response.set_version(version[r.shard]);
@@ -383,6 +384,41 @@ TEST(SparseClient, RetriedPushKeepsItsSequenceNumber) {
   ASSERT_TRUE(t.Wait(kWait).ok());
   EXPECT_EQ(t.duplicates(), 1);
   ASSERT_TRUE(dense.Wait(kWait).ok());
+}
+
+// A failover moves shard 0 while a push is in flight on both shards: shard
+// 0's part is sent again to the new address at once, with its sequence
+// number and rows (the new primary holds it already: a duplicate); shard
+// 1's part is not disturbed.
+TEST(SparseClient, APushInFlightFollowsItsShardToItsNewAddress) {
+  Rig rig(2, {Table("t", 2)});
+  const std::vector<uint64_t> keys = RandomKeys(20, 3);
+  const std::vector<float> grads(keys.size() * 2, 0.5f);
+  Ticket t = rig.client->PushRows({{0, keys, grads}}, 0);
+  ASSERT_TRUE(rig.transport->WaitForAttempts(2));
+  const std::vector<FakeRequest> before = rig.transport->Waiting();
+  EXPECT_EQ(rig.client->SetServerAddresses({"b"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(rig.client->SetServerAddresses({"a2", "fake-shard-1"}).ok());
+  const std::vector<FakeRequest> after = rig.transport->Waiting();
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(rig.transport->cancelled(), 1);
+  for (const FakeRequest& r : after) {
+    const FakeRequest& was = before[0].shard == r.shard ? before[0] : before[1];
+    EXPECT_EQ(r.address, r.shard == 0 ? "a2" : "fake-shard-1");
+    EXPECT_EQ(r.push.seq(), was.push.seq());
+    ASSERT_EQ(r.sparse.size(), 1u);
+    EXPECT_EQ(r.sparse[0].keys, was.sparse[0].keys);
+  }
+  rig.transport->AnswerAll([&](const FakeRequest& r) {
+    if (r.shard == 1) return rig.server(r);
+    EXPECT_TRUE(r.names_its_shard());
+    PushResponse response;
+    response.set_duplicate(true);
+    return FakeReply{absl::OkStatus(), FakeTransport::Encode(response)};
+  });
+  ASSERT_TRUE(t.Wait(kWait).ok()) << t.Wait(kWait);
+  EXPECT_EQ(t.duplicates(), 1);
 }
 
 TEST(SparseClient, ErrorsNameTheShard) {

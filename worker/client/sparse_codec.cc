@@ -276,10 +276,12 @@ std::vector<SparseLayout::ShardPart> SparseCodec::Place(
   return parts;
 }
 
-PullRequest SparseCodec::PullHeader(int64_t clock, int64_t min_version) const {
+PullRequest SparseCodec::PullHeader(int shard, int64_t clock,
+                                    int64_t min_version) const {
   PullRequest header;
   header.set_job_id(session_->job_id());
   header.set_worker_id(session_->worker_id());
+  header.set_shard(shard);
   header.set_clock(clock);
   header.set_min_version(min_version);
   header.set_sparse_only(true);
@@ -392,8 +394,8 @@ std::unique_ptr<Message> SparseCodec::PullMessage(
     SparseMessage message, int64_t clock, int64_t min_version,
     std::shared_ptr<const SparsePullTarget> target) const {
   return std::make_unique<PullMessageImpl>(
-      PullHeader(clock, min_version), std::move(message), std::move(target),
-      ticket, this, shard);
+      PullHeader(shard, clock, min_version), std::move(message),
+      std::move(target), ticket, this, shard);
 }
 
 std::unique_ptr<Message> SparseCodec::PushMessage(
@@ -406,7 +408,7 @@ std::unique_ptr<Message> SparseCodec::PushMessage(
     // The keys of a then_pull travel inside the nested message, copied:
     // 8 bytes a row against the rows' dim x 2 or 4 that come back.
     PullRequest* ask = header.mutable_then_pull();
-    *ask = PullHeader(then.clock, then.min_version);
+    *ask = PullHeader(shard, then.clock, then.min_version);
     ask->clear_job_id();  // taken from the push
     ask->clear_worker_id();
     for (const SparseRowsOut& r : then.ask.sparse) {

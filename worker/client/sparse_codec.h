@@ -138,8 +138,9 @@ class SparseCodec {
       const SparseTable& table, absl::Span<const uint64_t> keys) const;
   absl::Status CheckTable(absl::string_view what, int table, size_t keys,
                           size_t floats) const;
-  // The header of a pull (no sparse records: they are the message's).
-  PullRequest PullHeader(int64_t clock, int64_t min_version) const;
+  // The header of a pull from `shard` (no sparse records: they are the
+  // message's).
+  PullRequest PullHeader(int shard, int64_t clock, int64_t min_version) const;
 
   std::vector<SparseTable> tables_;
   const int num_shards_;

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -67,8 +68,16 @@ class Transport {
   virtual ~Transport() = default;
 
   virtual int num_shards() const = 0;
-  // The shard's address, for error messages.
-  virtual const std::string& address(int shard) const = 0;
+  // The shard's current address, for error messages.
+  virtual std::string address(int shard) const = 0;
+
+  // Points shard i at addresses[i] (a failover moved it to another
+  // server): attempts started from now on go there; those running stay on
+  // their connection until they end. INVALID_ARGUMENT for a count other
+  // than num_shards() or an empty address; a connection's error (TLS files)
+  // leaves every shard where it was.
+  virtual absl::Status SetAddresses(
+      const std::vector<std::string>& addresses) = 0;
 
   virtual std::shared_ptr<Attempt> NewAttempt() = 0;
 

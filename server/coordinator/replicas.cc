@@ -1,0 +1,234 @@
+#include "server/coordinator/replicas.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ps::coordinator {
+
+int ReplicationFactor(const JobSpec& spec) {
+  return std::max(1, spec.replication().factor());
+}
+
+std::vector<int> BackupServers(int shard, int num_servers, int factor) {
+  std::vector<int> out;
+  for (int j = 1; j < factor && j < num_servers; ++j) {
+    out.push_back((shard + j) % num_servers);
+  }
+  return out;
+}
+
+std::string ReplicationShortfall(const JobSpec& spec, int num_servers) {
+  const int factor = ReplicationFactor(spec);
+  if (factor <= 1 || factor <= num_servers) return "";
+  return absl::StrCat("replication factor ", factor, " needs ", factor,
+                      " parameter servers (no two replicas of a shard share "
+                      "one); ",
+                      num_servers, " registered");
+}
+
+void AssignReplicas(JobRecord& record) {
+  record.clear_replicas();
+  const int factor = ReplicationFactor(record.spec());
+  if (factor <= 1) return;
+  const int n = record.servers_size();
+  for (int i = 0; i < n; ++i) {
+    ShardReplicas* r = record.add_replicas();
+    r->set_epoch(1);
+    for (int s : BackupServers(i, n, factor)) {
+      r->add_backup_members(record.server_members(s));
+      r->add_backup_addresses(record.servers(s));
+    }
+  }
+}
+
+namespace {
+
+SetupJobRequest BaseSetup(const JobRecord& record, int shard,
+                          const std::vector<int64_t>& workers) {
+  SetupJobRequest req;
+  req.set_job_id(record.job_id());
+  *req.mutable_spec() = record.spec();
+  req.set_shard_index(shard);
+  req.set_num_shards(record.servers_size());
+  req.set_incarnation(record.incarnation());
+  for (int64_t w : workers) req.add_worker_ids(w);
+  return req;
+}
+
+std::vector<int64_t> ActiveWorkers(const Job& job) {
+  std::vector<int64_t> out;
+  for (const WorkerSlot& s : job.record.slots()) {
+    if (s.active()) out.push_back(s.member_id());
+  }
+  return out;
+}
+
+}  // namespace
+
+SetupJobRequest ReplicaSetup(const JobRecord& record, int shard,
+                             SetupJobRequest::ReplicaRole role,
+                             const std::vector<int64_t>& workers) {
+  SetupJobRequest req = BaseSetup(record, shard, workers);
+  if (shard >= record.replicas_size()) return req;  // unreplicated
+  const ShardReplicas& r = record.replicas(shard);
+  req.set_replica_role(role);
+  req.set_replica_epoch(r.epoch());
+  if (role == SetupJobRequest::PRIMARY) {
+    for (const std::string& a : r.backup_addresses()) {
+      req.add_backup_addresses(a);
+    }
+  }
+  return req;
+}
+
+std::vector<int> LiveBackups(const JobRecord& record, int shard,
+                             const Membership& members) {
+  std::vector<int> out;
+  if (shard >= record.replicas_size()) return out;
+  const ShardReplicas& r = record.replicas(shard);
+  for (int b = 0; b < r.backup_members_size(); ++b) {
+    if (members.IsAlive(r.backup_members(b))) out.push_back(b);
+  }
+  return out;
+}
+
+Promotion PlanPromotion(const Job& job, int shard, const Membership& members) {
+  Promotion p;
+  const std::vector<int> live = LiveBackups(job.record, shard, members);
+  if (live.empty()) return p;
+  const ShardReplicas& r = job.record.replicas(shard);
+  p.backup = live[0];
+  p.member = r.backup_members(p.backup);
+  p.address = r.backup_addresses(p.backup);
+  p.request = BaseSetup(job.record, shard, ActiveWorkers(job));
+  p.request.set_replica_role(SetupJobRequest::PRIMARY);
+  p.request.set_replica_epoch(r.epoch() + 1);
+  // The other backups followed the old primary's log, not this one's: they
+  // need a state transfer (not built yet), so the new primary has none.
+  return p;
+}
+
+SetupJobRequest PlanBackupDrop(const Job& job, int shard,
+                               const Membership& members) {
+  if (shard >= job.record.replicas_size()) return {};
+  const ShardReplicas& r = job.record.replicas(shard);
+  const std::vector<int> live = LiveBackups(job.record, shard, members);
+  const bool changed = shard < static_cast<int>(job.shards.size()) &&
+                       job.shards[shard].backups_changed;
+  if (!changed && static_cast<int>(live.size()) == r.backup_members_size()) {
+    return {};
+  }
+  SetupJobRequest req = ReplicaSetup(
+      job.record, shard, SetupJobRequest::PRIMARY, ActiveWorkers(job));
+  req.clear_backup_addresses();
+  for (int b : live) req.add_backup_addresses(r.backup_addresses(b));
+  return req;
+}
+
+void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
+                    const std::string& address, const SetupJobRequest& setup,
+                    int64_t version, WriteBatch* writes) {
+  JobRecord& rec = job.record;
+  const std::string old_address = rec.servers(shard);
+  const int64_t old_member =
+      shard < rec.server_members_size() ? rec.server_members(shard) : 0;
+  while (rec.server_members_size() <= shard) rec.add_server_members(0);
+  rec.set_servers(shard, address);
+  rec.set_server_members(shard, member);
+  ShardReplicas* r = rec.mutable_replicas(shard);
+  r->set_epoch(setup.replica_epoch());
+  r->clear_backup_members();
+  r->clear_backup_addresses();
+  ShardSync& sh = job.shards[shard];
+  sh.down_since_ms = 0;
+  sh.needs_check = false;
+  sh.primary_lost = false;
+  sh.backups_changed = false;
+  sh.synced_epoch = -1;  // the membership again, to the new primary
+  sh.have_counters = false;
+  table.AddEvent(
+      job, "failover",
+      absl::StrCat("shard ", shard, ": primary member ", old_member, " at ",
+                   old_address, " is lost; its backup, member ", member, " at ",
+                   address, ", took over at version ", version, " (epoch ",
+                   setup.replica_epoch(),
+                   "), no rollback; the shard has no backup now"),
+      member, writes);
+  table.Touch(job);
+}
+
+void ApplyBackupDrop(JobTable& table, Job& job, int shard,
+                     const SetupJobRequest& kept, WriteBatch* writes) {
+  ShardReplicas* r = job.record.mutable_replicas(shard);
+  ShardReplicas next;
+  next.set_epoch(r->epoch());
+  std::vector<std::string> dropped;
+  for (int b = 0; b < r->backup_members_size(); ++b) {
+    const std::string& a = r->backup_addresses(b);
+    if (std::find(kept.backup_addresses().begin(),
+                  kept.backup_addresses().end(),
+                  a) != kept.backup_addresses().end()) {
+      next.add_backup_members(r->backup_members(b));
+      next.add_backup_addresses(a);
+    } else {
+      dropped.push_back(
+          absl::StrCat("member ", r->backup_members(b), " at ", a));
+    }
+  }
+  *r = next;
+  job.shards[shard].backups_changed = false;
+  if (!dropped.empty()) {
+    table.AddEvent(
+        job, "backup_lost",
+        absl::StrCat("shard ", shard, ": backup ", absl::StrJoin(dropped, ", "),
+                     " is lost; the shard goes on with ",
+                     next.backup_members_size() + 1, " replica(s)"),
+        0, writes);
+  }
+  table.Touch(job);
+}
+
+void NoteServerRestarted(JobTable& table, int64_t member, WriteBatch* writes) {
+  for (auto& [id, job] : table.jobs()) {
+    if (job->record.state() != RUNNING) continue;
+    JobRecord& rec = job->record;
+    job->shards.resize(rec.servers_size());
+    bool changed = false;
+    for (int i = 0; i < rec.replicas_size(); ++i) {
+      ShardReplicas* r = rec.mutable_replicas(i);
+      ShardReplicas kept;
+      kept.set_epoch(r->epoch());
+      for (int b = 0; b < r->backup_members_size(); ++b) {
+        if (r->backup_members(b) == member) {
+          job->shards[i].backups_changed = true;
+          continue;
+        }
+        kept.add_backup_members(r->backup_members(b));
+        kept.add_backup_addresses(r->backup_addresses(b));
+      }
+      if (kept.backup_members_size() != r->backup_members_size()) {
+        table.AddEvent(
+            *job, "backup_lost",
+            absl::StrCat("shard ", i, ": backup member ", member,
+                         " restarted without its copy; the shard "
+                         "goes on with ",
+                         kept.backup_members_size() + 1, " replica(s)"),
+            member, writes);
+        *r = kept;
+        changed = true;
+      }
+      if (i < rec.server_members_size() && rec.server_members(i) == member &&
+          r->backup_members_size() > 0) {
+        // Its primary restarted without the shard: a failover, not the
+        // check and rollback of an unreplicated shard.
+        job->shards[i].primary_lost = true;
+        job->shards[i].needs_check = false;
+      }
+    }
+    if (changed) table.SaveRecord(*job, writes);
+  }
+}
+
+}  // namespace ps::coordinator

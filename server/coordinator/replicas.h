@@ -1,0 +1,94 @@
+// Replicated shards on the coordinator (JobSpec.replication): where each
+// shard's backups go, and what a replica's loss changes.
+//
+// Placement: the job's servers in member order are 0..n-1, shard i's
+// primary is server i, and its backups are servers i+1, ..., i+factor-1
+// (mod n): never two replicas of a shard on one server, so a factor above
+// the servers is refused at submit (and a pending job waits for enough).
+//
+// Losses (the reconciler acts, the RPCs outside the table's lock):
+// - A shard's primary dies (its member is DEAD) or comes back without the
+//   job (restarted): its first live backup is promoted (SetupJob with
+//   PRIMARY and the next epoch) and becomes servers(i); event `failover`.
+//   No rollback: the workers retry what was not acknowledged at the new
+//   address. Only a shard with no live backup left rolls the job back.
+// - A backup dies: its primary is told to drop it (SetupJob again with
+//   the remaining backups), so that its answers stop waiting for it; event
+//   `backup_lost`. A replacement needs a state transfer, not built yet:
+//   the shard goes on with fewer replicas.
+#ifndef PS_SERVER_COORDINATOR_REPLICAS_H_
+#define PS_SERVER_COORDINATOR_REPLICAS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/config.pb.h"
+#include "proto/coordinator_service.pb.h"
+#include "proto/parameter_service.pb.h"
+#include "server/coordinator/job_table.h"
+#include "server/coordinator/membership.h"
+
+namespace ps::coordinator {
+
+// The job's replicas per shard (1: unreplicated).
+int ReplicationFactor(const JobSpec& spec);
+
+// Servers (indices into the job's server list) of shard `shard`'s backups.
+std::vector<int> BackupServers(int shard, int num_servers, int factor);
+
+// Why `spec` cannot run on `num_servers` servers ("" if it can; always ""
+// unreplicated, whose jobs wait for a first server).
+std::string ReplicationShortfall(const JobSpec& spec, int num_servers);
+
+// Fills record.replicas from record.servers / server_members (a starting
+// job); clears it when unreplicated.
+void AssignReplicas(JobRecord& record);
+
+// The SetupJob a server is sent for shard `shard` of a starting job:
+// BACKUP on a backup, PRIMARY (with its backups' addresses) on the primary.
+SetupJobRequest ReplicaSetup(const JobRecord& record, int shard,
+                             SetupJobRequest::ReplicaRole role,
+                             const std::vector<int64_t>& workers);
+
+// Shard `shard`'s backups whose member is alive, in order.
+std::vector<int> LiveBackups(const JobRecord& record, int shard,
+                             const Membership& members);
+
+// A promotion to plan: the backup (index in replicas(shard)) and the
+// SetupJob that makes it the primary.
+struct Promotion {
+  int backup = -1;
+  int64_t member = 0;
+  std::string address;
+  SetupJobRequest request;
+};
+// The promotion of shard `shard`'s first live backup; backup -1: none.
+Promotion PlanPromotion(const Job& job, int shard, const Membership& members);
+
+// The SetupJob that tells shard `shard`'s primary to keep only its live
+// backups; an empty job_id when none of them is lost.
+SetupJobRequest PlanBackupDrop(const Job& job, int shard,
+                               const Membership& members);
+
+// Records a done promotion (`setup` sent to `member` at `address`, which
+// answered `version`): it is shard `shard`'s primary.
+void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
+                    const std::string& address, const SetupJobRequest& setup,
+                    int64_t version, WriteBatch* writes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
+
+// Records that shard `shard` keeps only the backups at `kept` addresses.
+void ApplyBackupDrop(JobTable& table, Job& job, int shard,
+                     const SetupJobRequest& kept, WriteBatch* writes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
+
+// A server whose process restarted (the state it held is gone): the
+// backups it held leave the record (their primaries are told, next round),
+// and the shards it was the primary of fail over.
+void NoteServerRestarted(JobTable& table, int64_t member, WriteBatch* writes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
+
+}  // namespace ps::coordinator
+
+#endif  // PS_SERVER_COORDINATOR_REPLICAS_H_

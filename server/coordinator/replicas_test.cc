@@ -1,0 +1,134 @@
+#include "server/coordinator/replicas.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "common/platform/fake_clock.h"
+
+namespace ps::coordinator {
+namespace {
+
+TEST(Replicas, BackupsGoToTheNextServersNeverTwoOnOne) {
+  EXPECT_EQ(BackupServers(0, 3, 2), (std::vector<int>{1}));
+  EXPECT_EQ(BackupServers(2, 3, 2), (std::vector<int>{0}));
+  EXPECT_EQ(BackupServers(1, 3, 3), (std::vector<int>{2, 0}));
+  EXPECT_TRUE(BackupServers(0, 3, 1).empty());
+  JobSpec spec;
+  spec.mutable_replication()->set_factor(3);
+  EXPECT_EQ(ReplicationShortfall(spec, 3), "");
+  EXPECT_NE(ReplicationShortfall(spec, 2).find("needs 3 parameter servers"),
+            std::string::npos);
+  EXPECT_EQ(ReplicationShortfall(JobSpec(), 1), "");
+}
+
+// Three servers (members 1-3), a job of factor 2 on them, one worker.
+class ReplicasTest : public ::testing::Test {
+ protected:
+  ReplicasTest() : members_(&clock_, {}), table_(&clock_) {
+    for (int i = 1; i <= 3; ++i) {
+      RegisterRequest r;
+      r.set_role(SERVER);
+      r.set_address("s" + std::to_string(i));
+      r.set_member_id(i);
+      EXPECT_TRUE(members_.Register(r).ok());
+    }
+    auto job = std::make_unique<Job>();
+    JobRecord& rec = job->record;
+    rec.set_job_id("job-1");
+    rec.set_state(RUNNING);
+    rec.mutable_spec()->mutable_replication()->set_factor(2);
+    for (int i = 1; i <= 3; ++i) {
+      rec.add_servers("s" + std::to_string(i));
+      rec.add_server_members(i);
+    }
+    WorkerSlot* slot = rec.add_slots();
+    slot->set_member_id(9);
+    slot->set_active(true);
+    AssignReplicas(rec);
+    job->shards.resize(3);
+    absl::MutexLock l(&table_.mu());
+    job_ = &table_.Insert(std::move(job));
+  }
+
+  FakeClock clock_;
+  Membership members_;
+  JobTable table_;
+  Job* job_ = nullptr;
+};
+
+TEST_F(ReplicasTest, SetupsNameTheBackups) {
+  const JobRecord& rec = job_->record;
+  ASSERT_EQ(rec.replicas_size(), 3);
+  EXPECT_EQ(rec.replicas(2).backup_addresses(0), "s1");
+  EXPECT_EQ(rec.replicas(2).backup_members(0), 1);
+  SetupJobRequest primary = ReplicaSetup(rec, 0, SetupJobRequest::PRIMARY, {9});
+  EXPECT_EQ(primary.replica_role(), SetupJobRequest::PRIMARY);
+  EXPECT_EQ(primary.replica_epoch(), 1);
+  ASSERT_EQ(primary.backup_addresses_size(), 1);
+  EXPECT_EQ(primary.backup_addresses(0), "s2");
+  SetupJobRequest backup = ReplicaSetup(rec, 0, SetupJobRequest::BACKUP, {9});
+  EXPECT_EQ(backup.backup_addresses_size(), 0);
+  EXPECT_EQ(backup.num_shards(), 3);
+}
+
+TEST_F(ReplicasTest, ALostPrimarysBackupIsPromoted) {
+  absl::MutexLock l(&table_.mu());
+  Promotion p = PlanPromotion(*job_, 1, members_);
+  ASSERT_EQ(p.backup, 0);
+  EXPECT_EQ(p.member, 3);
+  EXPECT_EQ(p.address, "s3");
+  EXPECT_EQ(p.request.replica_role(), SetupJobRequest::PRIMARY);
+  EXPECT_EQ(p.request.replica_epoch(), 2);
+  EXPECT_EQ(p.request.shard_index(), 1);
+  ASSERT_EQ(p.request.worker_ids_size(), 1);
+  WriteBatch writes;
+  ApplyPromotion(table_, *job_, 1, p.member, p.address, p.request, 17, &writes);
+  const JobRecord& rec = job_->record;
+  EXPECT_EQ(rec.servers(1), "s3");
+  EXPECT_EQ(rec.server_members(1), 3);
+  EXPECT_EQ(rec.replicas(1).epoch(), 2);
+  EXPECT_EQ(rec.replicas(1).backup_members_size(), 0);
+  ASSERT_FALSE(job_->events.empty());
+  EXPECT_EQ(job_->events.back().kind(), "failover");
+  EXPECT_NE(job_->events.back().message().find("version 17"),
+            std::string::npos);
+  // No backup left: nothing to promote the next time.
+  EXPECT_EQ(PlanPromotion(*job_, 1, members_).backup, -1);
+}
+
+TEST_F(ReplicasTest, ADeadBackupIsDroppedFromItsPrimary) {
+  absl::MutexLock l(&table_.mu());
+  EXPECT_TRUE(PlanBackupDrop(*job_, 0, members_).job_id().empty());
+  clock_.Advance(absl::Seconds(11));
+  for (int64_t m : {1, 3}) ASSERT_TRUE(members_.Heartbeat(m).ok());
+  members_.DetectDead();  // member 2 (s2), shard 0's backup
+  SetupJobRequest drop = PlanBackupDrop(*job_, 0, members_);
+  ASSERT_EQ(drop.job_id(), "job-1");
+  EXPECT_EQ(drop.replica_role(), SetupJobRequest::PRIMARY);
+  EXPECT_EQ(drop.backup_addresses_size(), 0);
+  WriteBatch writes;
+  ApplyBackupDrop(table_, *job_, 0, drop, &writes);
+  EXPECT_EQ(job_->record.replicas(0).backup_members_size(), 0);
+  EXPECT_EQ(job_->events.back().kind(), "backup_lost");
+  EXPECT_TRUE(PlanBackupDrop(*job_, 0, members_).job_id().empty());
+}
+
+TEST_F(ReplicasTest, ARestartedServerLosesItsReplicas) {
+  absl::MutexLock l(&table_.mu());
+  WriteBatch writes;
+  job_->shards[1].needs_check = true;
+  NoteServerRestarted(table_, 2, &writes);  // primary of 1, backup of 0
+  EXPECT_EQ(job_->record.replicas(0).backup_members_size(), 0);
+  EXPECT_TRUE(job_->shards[0].backups_changed);
+  EXPECT_TRUE(job_->shards[1].primary_lost);
+  EXPECT_FALSE(job_->shards[1].needs_check);  // a failover, not a rollback
+  SetupJobRequest drop = PlanBackupDrop(*job_, 0, members_);
+  EXPECT_EQ(drop.job_id(), "job-1");
+  EXPECT_EQ(drop.backup_addresses_size(), 0);
+  EXPECT_EQ(PlanPromotion(*job_, 1, members_).member, 3);
+}
+
+}  // namespace
+}  // namespace ps::coordinator

@@ -1,0 +1,204 @@
+#include "server/shard/replica_entry.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/platform/status.h"
+#include "server/shard/shard_log.h"
+
+namespace ps::server {
+namespace {
+
+void CopySparse(const std::vector<SparseRowsView>& views, bool with_rows,
+                google::protobuf::RepeatedPtrField<SparseRows>* out) {
+  for (const SparseRowsView& v : views) {
+    SparseRows* r = out->Add();
+    r->set_table(v.table);
+    r->set_dtype(v.dtype);
+    r->set_num_rows(v.num_rows);
+    r->set_dim(v.dim);
+    r->set_keys(std::string(reinterpret_cast<const char*>(v.keys.data()),
+                            v.keys.size() * sizeof(uint64_t)));
+    if (with_rows) r->set_rows(std::string(v.rows));
+  }
+}
+
+}  // namespace
+
+PushRequest PushEntryOf(const PushArgs& args) {
+  PushRequest r;
+  r.set_job_id(std::string(args.job_id));
+  if (args.shard >= 0) r.set_shard(args.shard);
+  r.set_worker_id(args.worker_id);
+  r.set_seq(args.seq);
+  r.set_clock(args.clock);
+  r.set_base_version(args.base_version);
+  r.set_end_of_step(args.end_of_step);
+  r.set_chunks_final(args.chunks_final);
+  for (const PushChunk& c : args.chunks) {
+    ChunkPayload* p = r.add_chunks();
+    p->set_chunk_id(c.chunk_id);
+    p->set_dtype(c.dtype);
+    p->set_num_elements(c.num_elements);
+    p->set_indices(std::string(c.indices));
+    if (c.segments.empty()) {
+      p->set_data(std::string(c.data));
+    } else {
+      std::string* data = p->mutable_data();
+      for (absl::string_view s : c.segments) data->append(s.data(), s.size());
+    }
+  }
+  CopySparse(args.sparse, /*with_rows=*/true, r.mutable_sparse());
+  return r;
+}
+
+PullRequest PullEntryOf(const PullArgs& args) {
+  PullRequest r;
+  r.set_job_id(std::string(args.job_id));
+  if (args.shard >= 0) r.set_shard(args.shard);
+  r.set_worker_id(args.worker_id);
+  r.set_clock(args.clock);
+  r.set_min_version(args.min_version);
+  r.set_sparse_only(true);
+  CopySparse(args.sparse, /*with_rows=*/false, r.mutable_sparse());
+  return r;
+}
+
+PushArgs PushArgsOf(const PushRequest& request,
+                    std::deque<std::vector<uint64_t>>* keys) {
+  PushArgs args;
+  args.job_id = request.job_id();
+  args.shard = request.has_shard() ? request.shard() : -1;
+  args.worker_id = request.worker_id();
+  args.seq = request.seq();
+  args.clock = request.clock();
+  args.base_version = request.base_version();
+  args.end_of_step = request.end_of_step();
+  args.chunks_final = request.chunks_final();
+  for (const ChunkPayload& p : request.chunks()) {
+    PushChunk c;
+    c.chunk_id = p.chunk_id();
+    c.dtype = p.dtype() == DTYPE_UNSPECIFIED ? FLOAT32 : p.dtype();
+    c.num_elements = p.num_elements();
+    c.data = p.data();
+    c.indices = p.indices();
+    args.chunks.push_back(std::move(c));
+  }
+  args.sparse = ViewsOfSparseRows(request.sparse(), keys);
+  return args;
+}
+
+PullArgs PullArgsOf(const PullRequest& request,
+                    std::deque<std::vector<uint64_t>>* keys) {
+  PullArgs args;
+  args.job_id = request.job_id();
+  args.shard = request.has_shard() ? request.shard() : -1;
+  args.worker_id = request.worker_id();
+  args.clock = request.clock();
+  args.min_version = request.min_version();
+  args.sparse_only = request.sparse_only();
+  args.sparse = ViewsOfSparseRows(request.sparse(), keys);
+  return args;
+}
+
+absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
+    const ReplicateRequest& request) {
+  absl::MutexLock l(&mu_);
+  if (request.replica_epoch() < epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replica of shard ", request.shard(), " of job '", request.job_id(),
+        "' follows the primary of epoch ", epoch_, "; a primary of epoch ",
+        request.replica_epoch(), " was deposed"));
+  }
+  if (request.replica_epoch() > epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replica of shard ", request.shard(), " of job '", request.job_id(),
+        "' is at epoch ", epoch_, ", not yet at the primary's ",
+        request.replica_epoch(), " (the coordinator sets it up first)"));
+  }
+  for (const ReplicaEntry& entry : request.entries()) {
+    if (entry.index() <= applied_) continue;  // a resend
+    if (entry.index() != applied_ + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "replica of shard ", request.shard(), " of job '", request.job_id(),
+          "' holds entries up to ", applied_, "; got entry ", entry.index()));
+    }
+    PS_RETURN_IF_ERROR(ApplyOne(entry));
+    applied_ = entry.index();
+  }
+  ReplicateResponse response;
+  response.set_applied_index(applied_);
+  return response;
+}
+
+absl::Status ReplicaApplier::ApplyOne(const ReplicaEntry& entry) {
+  // The primary's call could go through, so this one does at once: a
+  // deadline only bounds a wait that would mean the copies differ.
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  std::deque<std::vector<uint64_t>> keys;
+  absl::Status result;
+  switch (entry.change_case()) {
+    case ReplicaEntry::kPush:
+      result = store_->Push(PushArgsOf(entry.push(), &keys), deadline).status();
+      break;
+    case ReplicaEntry::kPull: {
+      thread_local std::string scratch;
+      auto rows = [&](size_t, DType dtype, int32_t dim,
+                      int64_t num_rows) -> char* {
+        scratch.resize(static_cast<size_t>(num_rows) * dim * DTypeSize(dtype));
+        return scratch.data();
+      };
+      const SparseSink row_sink = rows;
+      result = store_
+                   ->PullWithRows(
+                       PullArgsOf(entry.pull(), &keys), deadline,
+                       [](const Chunk&, absl::Span<const float>,
+                          const WeightsRef&) {},
+                       &row_sink)
+                   .status();
+      break;
+    }
+    case ReplicaEntry::kMembership:
+      result = store_->UpdateMembership(entry.membership()).status();
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("replica entry ", entry.index(), " holds no change"));
+  }
+  if (static_cast<int>(result.code()) != entry.code()) {
+    ++mismatches_;
+    ShardLog(absl::StrCat("replica entry ", entry.index(),
+                          " answered differently here (", result.ToString(),
+                          ") than on the primary (code ", entry.code(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+void ReplicaApplier::SetEpoch(int64_t epoch) {
+  absl::MutexLock l(&mu_);
+  if (epoch != epoch_) {
+    epoch_ = epoch;
+    applied_ = 0;
+  }
+}
+
+int64_t ReplicaApplier::applied_index() const {
+  absl::MutexLock l(&mu_);
+  return applied_;
+}
+
+int64_t ReplicaApplier::epoch() const {
+  absl::MutexLock l(&mu_);
+  return epoch_;
+}
+
+int64_t ReplicaApplier::mismatches() const {
+  absl::MutexLock l(&mu_);
+  return mismatches_;
+}
+
+}  // namespace ps::server

@@ -1,0 +1,441 @@
+// Replicated shards in one process: a primary's router feeding a backup's
+// router through a link that calls it directly. Under concurrent workers
+// the backup ends bit for bit where the primary is (weights, Adam moments,
+// step counts, sparse rows with their slots, versions); answers wait for
+// the backup; a promoted backup answers a retried push as a duplicate; a
+// deposed primary is refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/platform/fake_clock.h"
+#include "common/platform/file_system.h"
+#include "common/wire/checkpoint.h"
+#include "server/shard/replica_entry.h"
+#include "server/shard/replicated_shard.h"
+#include "server/shard/shard_router.h"
+#include "server/shard/shard_test_util.h"
+
+namespace ps::server {
+namespace {
+
+constexpr int kDim = 4;
+
+// MakeSpec's tensors with Adam, and table "emb" (dim 4, lazy Adam, at most
+// 24 rows, LRU), so that the copies must agree on moments, per-row step
+// counts and which rows were evicted.
+JobSpec ReplicatedSpec(ConsistencySpec::Model model) {
+  JobSpec spec = MakeSpec(model);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAM);
+  spec.mutable_optimizer()->set_learning_rate(0.01f);
+  SparseTableSpec* emb = spec.mutable_model()->add_sparse_tables();
+  emb->set_name("emb");
+  emb->set_dim(kDim);
+  emb->set_capacity(24);
+  emb->set_eviction(SparseTableSpec::LRU);
+  *emb->mutable_optimizer() = spec.optimizer();
+  spec.mutable_replication()->set_factor(2);
+  return spec;
+}
+
+// Servers by address, reached by links that call their router.
+class Net {
+ public:
+  class Link final : public ReplicaLink {
+   public:
+    Link(Net* net, std::string address)
+        : net_(net), address_(std::move(address)) {}
+    absl::StatusOr<ReplicateResponse> Send(const ReplicateRequest& request,
+                                           absl::Time) override {
+      {
+        absl::MutexLock l(&net_->gate_mu_);
+        net_->gate_mu_.Await(absl::Condition(&net_->open_));
+      }
+      ShardRouter* to = net_->Find(address_);
+      if (to == nullptr) return absl::UnavailableError("connection refused");
+      ++net_->sends_;
+      return to->Replicate(request);
+    }
+    const std::string& address() const override { return address_; }
+
+   private:
+    Net* const net_;
+    const std::string address_;
+  };
+
+  std::unique_ptr<ShardRouter> NewServer(const std::string& address) {
+    const std::string dir = TempDir("replica-" + address);
+    auto router = ShardRouter::Create(
+        [this, dir]() -> absl::StatusOr<std::unique_ptr<ShardStore>> {
+          return NewStore(&clock_, dir);
+        },
+        [this](const std::string& to) -> std::unique_ptr<ReplicaLink> {
+          return std::make_unique<Link>(this, to);
+        });
+    EXPECT_TRUE(router.ok()) << router.status();
+    absl::MutexLock l(&mu_);
+    servers_.emplace_back(address, router->get());
+    return *std::move(router);
+  }
+  // The server at `address` is gone (its links are refused).
+  void Kill(const std::string& address) {
+    absl::MutexLock l(&mu_);
+    for (auto& s : servers_) {
+      if (s.first == address) s.second = nullptr;
+    }
+  }
+  ShardRouter* Find(const std::string& address) {
+    absl::MutexLock l(&mu_);
+    for (auto& s : servers_) {
+      if (s.first == address) return s.second;
+    }
+    return nullptr;
+  }
+  // Sends wait until Open (a backup that does not answer yet).
+  void Close() {
+    absl::MutexLock l(&gate_mu_);
+    open_ = false;
+  }
+  void Open() {
+    absl::MutexLock l(&gate_mu_);
+    open_ = true;
+  }
+  int sends() const { return sends_; }
+
+ private:
+  FakeClock clock_;
+  absl::Mutex mu_;
+  std::vector<std::pair<std::string, ShardRouter*>> servers_;
+  absl::Mutex gate_mu_;
+  bool open_ ABSL_GUARDED_BY(gate_mu_) = true;
+  std::atomic<int> sends_{0};
+};
+
+SetupJobRequest RoleSetup(const JobSpec& spec, std::vector<int64_t> workers,
+                          SetupJobRequest::ReplicaRole role,
+                          std::vector<std::string> backups = {},
+                          int64_t epoch = 1, int shard = 0,
+                          int num_shards = 1) {
+  SetupJobRequest r = JobSetup(spec, std::move(workers), shard, num_shards);
+  r.set_replica_role(role);
+  r.set_replica_epoch(epoch);
+  for (const std::string& b : backups) r.add_backup_addresses(b);
+  return r;
+}
+
+// A push of worker `w`'s gradient for `step` to every dense chunk and to
+// the rows of 6 keys out of 40 (drawn from w and step), values varying so
+// that the moments differ by key and chunk.
+absl::StatusOr<PushResult> PushStep(ShardStore& store, int64_t w, uint64_t seq,
+                                    int64_t step, bool end_of_step,
+                                    bool final = false) {
+  auto placement = store.GetPlacement("job1");
+  if (!placement.ok()) return placement.status();
+  PushArgs args = PushHeader(w, seq, step, step, end_of_step);
+  args.chunks_final = final;
+  std::vector<std::vector<float>> buffers;
+  buffers.reserve((*placement)->chunks.size());
+  for (const Chunk& c : (*placement)->chunks) {
+    std::vector<float>& g = buffers.emplace_back(c.num_elements);
+    for (int64_t i = 0; i < c.num_elements; ++i) {
+      g[i] = 0.01f * static_cast<float>((w * 7 + step * 3 + i) % 11) - 0.05f;
+    }
+    args.chunks.push_back(
+        Contiguous(c.chunk_id, FLOAT32, c.num_elements,
+                   absl::string_view(reinterpret_cast<const char*>(g.data()),
+                                     g.size() * sizeof(float))));
+  }
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 6; ++k) {
+    const uint64_t key = (w * 13 + step * 5 + k * 7) % 40;
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      keys.push_back(key);
+    }
+  }
+  std::vector<float> rows(keys.size() * kDim);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i] = 0.1f * static_cast<float>((i + w + step) % 5) - 0.2f;
+  }
+  SparseRowsView v;
+  v.table = 0;
+  v.dtype = FLOAT32;
+  v.num_rows = static_cast<int64_t>(keys.size());
+  v.dim = kDim;
+  v.keys = keys;
+  v.rows = absl::string_view(reinterpret_cast<const char*>(rows.data()),
+                             rows.size() * sizeof(float));
+  args.sparse.push_back(v);
+  return store.Push(args, Far());
+}
+
+// A pull of the rows of 5 keys (creating, touching and evicting rows).
+absl::Status PullKeys(ShardStore& store, int64_t w, int64_t step,
+                      int64_t min_version) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 5; ++k) keys.push_back((w * 3 + step + k * 9) % 40);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  PullArgs args;
+  args.job_id = "job1";
+  args.worker_id = w;
+  args.clock = step;
+  args.min_version = min_version;
+  args.sparse_only = true;
+  SparseRowsView v;
+  v.table = 0;
+  v.num_rows = static_cast<int64_t>(keys.size());
+  v.keys = keys;
+  args.sparse.push_back(v);
+  std::string out;
+  auto rows = [&](size_t, DType d, int32_t dim, int64_t n) {
+    out.resize(n * dim * DTypeSize(d));
+    return out.data();
+  };
+  const SparseSink sink = rows;
+  return store
+      .PullWithRows(
+          args, Far(),
+          [](const Chunk&, absl::Span<const float>, const WeightsRef&) {},
+          &sink)
+      .status();
+}
+
+// The job's state on `store`, read back from a checkpoint, sparse rows
+// sorted by key.
+CheckpointData StateOf(ShardStore& store) {
+  auto written = store.Checkpoint("job1");
+  EXPECT_TRUE(written.ok()) << written.status();
+  auto data = ReadCheckpoint(FileSystem::Posix(), written->path());
+  EXPECT_TRUE(data.ok()) << data.status();
+  for (CheckpointSparseTable& t : data->sparse_tables) {
+    std::vector<size_t> order(t.keys.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return t.keys[a] < t.keys[b]; });
+    CheckpointSparseTable sorted = t;
+    for (size_t i = 0; i < order.size(); ++i) {
+      sorted.keys[i] = t.keys[order[i]];
+      sorted.steps[i] = t.steps[order[i]];
+      std::copy_n(t.values.begin() + order[i] * t.row_floats, t.row_floats,
+                  sorted.values.begin() + i * t.row_floats);
+    }
+    t = sorted;
+  }
+  return *data;
+}
+
+void ExpectSameState(const CheckpointData& a, const CheckpointData& b) {
+  EXPECT_EQ(a.version, b.version);
+  ASSERT_EQ(a.ranges.size(), b.ranges.size());
+  for (size_t i = 0; i < a.ranges.size(); ++i) {
+    EXPECT_EQ(a.ranges[i].weights, b.ranges[i].weights) << i;
+    EXPECT_EQ(a.ranges[i].slot1, b.ranges[i].slot1) << i;
+    EXPECT_EQ(a.ranges[i].slot2, b.ranges[i].slot2) << i;
+    EXPECT_EQ(a.ranges[i].steps, b.ranges[i].steps) << i;
+  }
+  ASSERT_EQ(a.sparse_tables.size(), b.sparse_tables.size());
+  for (size_t i = 0; i < a.sparse_tables.size(); ++i) {
+    EXPECT_EQ(a.sparse_tables[i].keys, b.sparse_tables[i].keys);
+    EXPECT_EQ(a.sparse_tables[i].steps, b.sparse_tables[i].steps);
+    EXPECT_EQ(a.sparse_tables[i].values, b.sparse_tables[i].values);
+  }
+}
+
+// Concurrent ASP workers: the backup, promoted, holds the primary's state
+// bit for bit, and every acknowledged push is on it.
+TEST(Replication, AspBackupHoldsThePrimarysStateBitForBit) {
+  Net net;
+  auto a = net.NewServer("a");
+  auto b = net.NewServer("b");
+  const JobSpec spec = ReplicatedSpec(ConsistencySpec::ASP);
+  ASSERT_TRUE(
+      b->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::BACKUP)).ok());
+  ASSERT_TRUE(
+      a->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::PRIMARY, {"b"}))
+          .ok());
+  // Workers' calls to the backup are refused: the primary answers them.
+  auto refused = PushStep(*b, 1, 1, 0, true);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "backup"));
+
+  std::vector<std::thread> workers;
+  for (int64_t w = 1; w <= 3; ++w) {
+    workers.emplace_back([&, w] {
+      for (int64_t step = 0; step < 30; ++step) {
+        ASSERT_TRUE(PullKeys(*a, w, step, 0).ok());
+        auto r = PushStep(*a, w, step + 1, step, true);
+        ASSERT_TRUE(r.ok()) << r.status();
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  auto status = a->GetShardStatus("job1", 0);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->replica_role(), SetupJobRequest::PRIMARY);
+  EXPECT_EQ(status->replica_index(), 180);  // 90 pulls, 90 pushes
+  ASSERT_EQ(status->backups_size(), 1);
+  EXPECT_EQ(status->backups(0).acked_index(), 180);
+
+  // The primary dies; the backup is promoted and goes on from there.
+  net.Kill("a");
+  ASSERT_TRUE(
+      b->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::PRIMARY, {}, 2))
+          .ok());
+  ExpectSameState(StateOf(*a), StateOf(*b));
+  EXPECT_EQ(Version(*b), 90);
+  // A worker that did not see its last push acknowledged sends it again:
+  // applied once.
+  auto again = PushStep(*b, 2, 30, 29, true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->duplicate);
+  auto next = PushStep(*b, 2, 31, 30, true);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_FALSE(next->duplicate);
+  EXPECT_EQ(Version(*b), 91);
+}
+
+// BSP with chunks applied as they complete and steps closing on the last
+// end of step: the backup takes the same steps.
+TEST(Replication, BspBackupTakesTheSameSteps) {
+  Net net;
+  auto a = net.NewServer("a");
+  auto b = net.NewServer("b");
+  const JobSpec spec = ReplicatedSpec(ConsistencySpec::BSP);
+  ASSERT_TRUE(
+      b->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::BACKUP)).ok());
+  ASSERT_TRUE(
+      a->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::PRIMARY, {"b"}))
+          .ok());
+  std::vector<std::thread> workers;
+  for (int64_t w = 1; w <= 2; ++w) {
+    workers.emplace_back([&, w] {
+      uint64_t seq = 0;
+      for (int64_t step = 0; step < 20; ++step) {
+        ASSERT_TRUE(PullKeys(*a, w, step, step).ok());
+        auto r = PushStep(*a, w, ++seq, step, false, /*final=*/true);
+        ASSERT_TRUE(r.ok()) << r.status();
+        auto end = PushStep(*a, w, ++seq, step, true);
+        ASSERT_TRUE(end.ok()) << end.status();
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  net.Kill("a");
+  ASSERT_TRUE(
+      b->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::PRIMARY, {}, 2))
+          .ok());
+  EXPECT_EQ(Version(*a), 20);
+  ExpectSameState(StateOf(*a), StateOf(*b));
+}
+
+// A push and a pull are answered only once the backup holds what they
+// reflect; dropping the backup releases them.
+TEST(Replication, AnswersWaitForTheBackup) {
+  Net net;
+  auto a = net.NewServer("a");
+  auto b = net.NewServer("b");
+  const JobSpec spec = ReplicatedSpec(ConsistencySpec::ASP);
+  ASSERT_TRUE(b->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::BACKUP)).ok());
+  ASSERT_TRUE(
+      a->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::PRIMARY, {"b"})).ok());
+  net.Close();
+  absl::Notification pushed;
+  std::thread pusher([&] {
+    auto r = PushStep(*a, 1, 1, 0, true);
+    EXPECT_TRUE(r.ok()) << r.status();
+    pushed.Notify();
+  });
+  EXPECT_FALSE(pushed.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  net.Open();
+  EXPECT_TRUE(pushed.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  pusher.join();
+
+  // A backup that is gone holds answers back until the coordinator drops
+  // it (a repeated setup without it).
+  net.Kill("b");
+  absl::Notification pushed2;
+  std::thread pusher2([&] {
+    auto r = PushStep(*a, 1, 2, 1, true);
+    EXPECT_TRUE(r.ok()) << r.status();
+    pushed2.Notify();
+  });
+  EXPECT_FALSE(pushed2.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  ASSERT_TRUE(a->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::PRIMARY)).ok());
+  EXPECT_TRUE(pushed2.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  pusher2.join();
+  EXPECT_EQ(Version(*a), 2);
+  auto status = a->GetShardStatus("job1", 0);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->backups_size(), 0);
+}
+
+// After a promotion the old primary's entries are refused, so it can never
+// acknowledge another push (no two primaries).
+TEST(Replication, ADeposedPrimaryIsRefused) {
+  Net net;
+  auto a = net.NewServer("a");
+  auto b = net.NewServer("b");
+  const JobSpec spec = ReplicatedSpec(ConsistencySpec::ASP);
+  ASSERT_TRUE(b->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::BACKUP)).ok());
+  ASSERT_TRUE(
+      a->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::PRIMARY, {"b"})).ok());
+  ASSERT_TRUE(PushStep(*a, 1, 1, 0, true).ok());
+  ASSERT_TRUE(
+      b->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::PRIMARY, {}, 2)).ok());
+  // The old primary (partitioned, not dead) takes a push: not acknowledged.
+  auto late = [&] {
+    PushArgs args = PushHeader(1, 2, 1, 1, true);
+    return a->Push(args, absl::Now() + absl::Milliseconds(500));
+  }();
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(late.status().message(), "promoted"))
+      << late.status();
+  ReplicateRequest stale;
+  stale.set_job_id("job1");
+  stale.set_shard(0);
+  stale.set_replica_epoch(1);
+  EXPECT_EQ(b->Replicate(stale).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// One server holding two shards of a job (a backup promoted beside its own
+// primary): calls name their shard.
+TEST(Replication, TwoShardsOfAJobOnOneServerAreToldApartByShard) {
+  Net net;
+  auto a = net.NewServer("a");
+  const JobSpec spec = ReplicatedSpec(ConsistencySpec::ASP);
+  ASSERT_TRUE(a->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::PRIMARY, {}, 1,
+                                    /*shard=*/0, /*num_shards=*/2))
+                  .ok());
+  ASSERT_TRUE(a->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::BACKUP, {}, 1,
+                                    /*shard=*/1, /*num_shards=*/2))
+                  .ok());
+  // Without a shard the call goes to the one primary.
+  EXPECT_EQ(a->GetShardStatus("job1")->shard_index(), 0);
+  ASSERT_TRUE(a->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::PRIMARY, {}, 2,
+                                    /*shard=*/1, /*num_shards=*/2))
+                  .ok());
+  PushArgs args = PushHeader(1, 1, 0, 0, true);
+  auto ambiguous = a->Push(args, Far());
+  EXPECT_EQ(ambiguous.status().code(), absl::StatusCode::kInvalidArgument);
+  args.shard = 1;
+  ASSERT_TRUE(a->Push(args, Far()).ok());
+  EXPECT_EQ(a->GetShardStatus("job1", 1)->version(), 1);
+  EXPECT_EQ(a->GetShardStatus("job1", 0)->version(), 0);
+  args.shard = 2;
+  EXPECT_EQ(a->Push(args, Far()).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ps::server
