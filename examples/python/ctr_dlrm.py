@@ -17,14 +17,17 @@ FIELDS = len(ctr_common.FIELDS)
 
 
 class DLRM(torch.nn.Module):
-    def __init__(self, dim=16):
+    def __init__(self, dim=16, top=(32,)):
+        """`top`: the widths of the top MLP's hidden layers."""
         super().__init__()
         self.bottom = torch.nn.Sequential(torch.nn.Linear(13, dim), torch.nn.ReLU())
         self.emb = ps.torch.EmbeddingBag("embeddings", dim)
         pairs = (FIELDS + 1) * FIELDS // 2
-        self.top = torch.nn.Sequential(
-            torch.nn.Linear(pairs + dim, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
-        )
+        layers, width = [], pairs + dim
+        for w in top:
+            layers += [torch.nn.Linear(width, w), torch.nn.ReLU()]
+            width = w
+        self.top = torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
         self.pairs = torch.triu_indices(FIELDS + 1, FIELDS + 1, offset=1)
 
     def forward(self, keys, offsets, dense):

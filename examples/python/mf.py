@@ -29,7 +29,7 @@ with ps.Worker() as worker, worker.wait_for_job() as job:
     for step in trainer.steps():
         batch = data.batch(step)
         loss = ((model(batch) - torch.from_numpy(batch["labels"])) ** 2).mean()
-        loss.backward()  # gradients go to the shards when the step ends
+        loss.backward()  # the gradients go to the shards
         step.loss = loss
 
     def rmse():

@@ -320,8 +320,12 @@ absl::StatusOr<std::string> ClusterUp(const LocalClusterOptions& o) {
       FindBinary(bin_dir, "coordinator", "server/coordinator/coordinator"));
   PS_ASSIGN_OR_RETURN(const std::string server_bin,
                       FindBinary(bin_dir, "ps_server", "server/ps_server"));
-  PS_ASSIGN_OR_RETURN(const std::string worker_bin,
-                      FindBinary(bin_dir, "ps_worker", "worker/ps_worker"));
+  // A cluster for workers that join by themselves needs no ps_worker.
+  std::string worker_bin;
+  if (o.workers > 0) {
+    PS_ASSIGN_OR_RETURN(worker_bin,
+                        FindBinary(bin_dir, "ps_worker", "worker/ps_worker"));
+  }
 
   std::error_code ec;
   for (const char* sub : {"pids", "logs", "ports", "data"}) {

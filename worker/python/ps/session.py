@@ -14,8 +14,9 @@ batch's unique keys; gradients go back summed per unique key.
         step.loss = loss
 
 A step ends when the loop body returns to the loop: its gradients travel
-with the end of step, which brings back the next step's weights (and any
-rows asked for with step.prefetch_rows). The job's consistency model (BSP,
+with the end of step (a dense one given with now=True has left already,
+while the body went on), which brings back the next step's weights (and
+any rows asked for with step.prefetch_rows). The job's consistency model (BSP,
 ASP, SSP with its staleness bound) decides how long each wait is.
 """
 
@@ -37,9 +38,13 @@ class Step:
         # batch within the epoch): which examples this clock trains.
         self.batch = batch
         self.loss = None
+        # Once the step ended: (pull, compute, push) seconds, as its
+        # metrics count them.
+        self.times = None
         self.examples = session.job.batch_size
         self._session = session
-        self._dense = {}
+        self._dense = {}  # sent with the end of the step
+        self._sent = set()  # sent at once (push_dense now=True)
         self._rows = []
         self._next_rows = []
 
@@ -58,18 +63,37 @@ class Step:
         rows = np.empty((len(keys), dim), dtype=np.float32)
         self._next_rows.append((index, keys, rows))
 
-    def push_dense(self, index, grad):
+    def push_dense(self, index, grad, now=False):
         """The gradient of dense tensor `index` (name or model order) for
-        this step: sent with the end of the step."""
-        i = self._session._tensor(index)
+        this step: sent with the end of the step, or with `now` at once,
+        while the caller computes the rest (ps.torch.Trainer does so from
+        backward). A gradient sent at once is checked for NaN and Inf by
+        itself (the step's gradients sent before it have gone) and must
+        not change until the step ends; a tensor sent at once takes no
+        second gradient in the step."""
+        session = self._session
+        i = session._tensor(index)
         grad = np.ascontiguousarray(grad, dtype=np.float32)
-        expected = self._session.dense[i].size
+        expected = session.dense[i].size
         if grad.size != expected:
             raise _native.InvalidArgument(
-                f"gradient of tensor {i} ('{self._session.job.tensors[i][0]}'): "
+                f"gradient of tensor {i} ('{session.job.tensors[i][0]}'): "
                 f"{grad.size} elements, the tensor has {expected}"
             )
-        self._dense[i] = grad
+        if i in self._sent or (now and i in self._dense):
+            raise _native.InvalidArgument(
+                f"step {self.clock}: a second gradient of tensor {i} "
+                f"('{session.job.tensors[i][0]}'); its first was "
+                f"{'sent' if i in self._sent else 'given'} already"
+            )
+        if not now:
+            self._dense[i] = grad
+            return
+        session._check_finite([(i, grad, 0)], [], sent_before=bool(self._sent))
+        t0 = time.perf_counter()
+        session.access.push(self.clock, self.base_version, [(i, grad, 0)], [])
+        session.job._timing["push"] += time.perf_counter() - t0
+        self._sent.add(i)
 
     def push_rows(self, table, keys, grads):
         """Row gradients of sparse table `table`: unique `keys` and
@@ -257,31 +281,38 @@ class Session:
             job._progress(self.clock)
         job._progress(self.clock)
 
-    def _check_finite(self, dense, rows):
+    def _check_finite(self, dense, rows, sent_before=False):
         """Refuses a step with a NaN or Inf gradient before any of it is
         sent: the shards would refuse it each for itself, and those that
-        hold none of it would apply the rest."""
+        hold none of it would apply the rest. `sent_before`: some of the
+        step's gradients went at once before (push_dense now=True)."""
         if self.job.assignment.allow_nonfinite_gradients:
             return
+        sent = (
+            "this one was not sent, the step's gradients sent at once "
+            "before it were"
+            if sent_before
+            else "nothing was sent"
+        )
         for i, g, _ in dense:
             if not np.isfinite(g).all():
                 raise _native.InvalidArgument(
                     f"step {self.clock}: the gradient of tensor {i} "
-                    f"('{self.job.tensors[i][0]}') holds NaN or Inf; nothing "
-                    "was sent (the job sets no allow_nonfinite_gradients)"
+                    f"('{self.job.tensors[i][0]}') holds NaN or Inf; {sent} "
+                    "(the job sets no allow_nonfinite_gradients)"
                 )
         for table, _, g in rows:
             if not np.isfinite(g).all():
                 raise _native.InvalidArgument(
                     f"step {self.clock}: a row gradient of table "
-                    f"'{self.job.tables[table][0]}' holds NaN or Inf; nothing "
-                    "was sent (the job sets no allow_nonfinite_gradients)"
+                    f"'{self.job.tables[table][0]}' holds NaN or Inf; {sent} "
+                    "(the job sets no allow_nonfinite_gradients)"
                 )
 
     def _end(self, step, last):
         dense = [(i, g, 0) for i, g in sorted(step._dense.items())]
         rows = _merge_rows(step._rows)
-        self._check_finite(dense, rows)
+        self._check_finite(dense, rows, sent_before=bool(step._sent))
         next_rows = [] if last else step._next_rows
         call = self.access.end_step(
             step.clock,

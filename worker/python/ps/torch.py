@@ -10,11 +10,13 @@
 
 The module computes in torch as usual; its parameters are views of the
 session's weight arrays, so each step's weights arrive in them in place,
-and their gradients go to the shards when the loop body returns, where the
+and their gradients go to the shards as backward produces them, where the
 job's optimizer applies them. An EmbeddingBag pulls the rows of its batch's
 unique keys and, in backward, pushes one summed gradient row per key. The
 native module does not link libtorch: tensors cross as numpy views.
 """
+
+import functools
 
 import numpy as np
 import torch
@@ -57,9 +59,29 @@ def _ordered_parameters(job, module):
 
 
 class Trainer:
-    """Steps of a torch module whose dense parameters live on the shards."""
+    """Steps of a torch module whose dense parameters live on the shards.
 
-    def __init__(self, job, module=None, steps_per_epoch=None, report_every_steps=20):
+    With `push_in_backward` (the default) each parameter's gradient leaves
+    as soon as backward has produced it (a hook on the parameter), while
+    backward computes the layers below, as ps_worker's own pushes do; the
+    client gathers small ones into one message. The gradient sent is the
+    one backward produced, so a step runs one backward and leaves .grad
+    (a copy) as backward made it: a second backward in the step, or a
+    .grad clipped or scaled after backward, raises ps.InvalidArgument when
+    the loop body returns (so does a NaN gradient, whose tensor and those
+    after it are not sent). With push_in_backward=False each .grad goes as
+    it is when the loop body returns. Either way the shards get the same
+    numbers.
+    """
+
+    def __init__(
+        self,
+        job,
+        module=None,
+        steps_per_epoch=None,
+        report_every_steps=20,
+        push_in_backward=True,
+    ):
         self.job = job
         self.module = module
         self.params = [] if module is None else _ordered_parameters(job, module)
@@ -71,33 +93,86 @@ class Trainer:
             report_every_steps=report_every_steps,
         )
         self.step = None
+        self.push_in_backward = push_in_backward
+        # This step's gradients sent from backward, by tensor index: the
+        # tensors backward produced (held, so that torch gives .grad a
+        # copy of each instead of the buffer on its way).
+        self._sent = {}
+        self._error = None  # what stopped the sending from backward
+        self._hooks = []
+        if push_in_backward:
+            for i, p in enumerate(self.params):
+                self._hooks.append(p.register_hook(functools.partial(self._on_grad, i)))
         if module is not None:
             for m in module.modules():
                 if isinstance(m, EmbeddingBag):
                     m._attach(self)
 
+    def _on_grad(self, index, grad):
+        """Backward produced parameter `index`'s gradient: sent at once.
+        An error stops the sending and is raised when the step's body
+        returns, not here: torch 1.13 leaves the rest of a graph whose hook
+        raised in its thread's queue, and a process that exits holding it
+        hangs (its tensors' numpy buffers are freed after Python is gone)."""
+        step = self.step
+        if step is None or self._error is not None:  # outside the steps
+            return
+        try:
+            if index in self._sent:
+                raise _native.InvalidArgument(
+                    f"step {step.clock}: a second backward reached tensor "
+                    f"'{self.job.tensors[index][0]}', whose gradient the "
+                    "first sent already; to accumulate gradients over several "
+                    "backward passes make the Trainer with "
+                    "push_in_backward=False"
+                )
+            step.push_dense(index, grad.detach().contiguous().numpy(), now=True)
+            self._sent[index] = grad
+        except Exception as e:  # noqa: BLE001 (raised by steps())
+            self._error = e
+
     def steps(self):
         """Yields a ps.Step per clock of the worker's plan; when the body
-        returns, the parameters' gradients (and the embedding bags' row
-        gradients) end the step and the next weights arrive."""
+        returns, the parameters' gradients not sent from backward (and the
+        embedding bags' row gradients) end the step and the next weights
+        arrive."""
         with torch.no_grad():
             for p in self.params:
                 p.grad = None
         for step in self.session.steps():
             self.step = step
+            self._sent, self._error = {}, None
             yield step
+            self.step = None
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
             for i, p in enumerate(self.params):
-                if p.grad is not None:
+                if p.grad is None:
+                    continue
+                sent = self._sent.get(i)
+                if sent is None:  # not through backward (set by hand)
                     step.push_dense(i, p.grad.detach().contiguous().numpy())
+                elif not torch.allclose(p.grad, sent, rtol=0, atol=0, equal_nan=True):
+                    raise _native.InvalidArgument(
+                        f"step {step.clock}: the gradient of tensor "
+                        f"'{self.job.tensors[i][0]}' changed after backward "
+                        "sent it (clipped or scaled .grad?); make the "
+                        "Trainer with push_in_backward=False to send .grad "
+                        "as it is when the step's body returns"
+                    )
+            self._sent = {}
             if isinstance(step.loss, torch.Tensor):
                 step.loss = float(step.loss.detach())
-            self.step = None
             for p in self.params:
                 p.grad = None
 
     def finish(self, evaluate=None):
         """Pulls the final weights into the module and ends this worker's
         share (ps.Session.finish)."""
+        for h in self._hooks:  # the module may train elsewhere after it
+            h.remove()
+        self._hooks = []
         self.session.finish(evaluate)
 
 
