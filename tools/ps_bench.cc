@@ -71,6 +71,7 @@
 #include "server/shard/shard_store.h"
 #include "tools/bench_worker.h"
 #include "tools/ps_bench_ceilings.h"
+#include "tools/ps_bench_remote.h"
 #include "tools/ps_bench_sparse.h"
 #include "tools/worker_processes.h"
 
@@ -113,6 +114,12 @@ ABSL_FLAG(std::string, servers, "",
           "their SetupJob/TeardownJob calls, with the cluster token of "
           "--token_file or $PS_TOKEN. The ceilings, measured on loopback in "
           "this process, are skipped.");
+ABSL_FLAG(int, replication, 1,
+          "With --servers: replicas of each shard (JobSpec.replication): "
+          "shard i's backups on the next servers, as the coordinator places "
+          "them (common/wire/placement.h), so at most the number of "
+          "servers. Every push is then acknowledged once its backups hold "
+          "it: the cost of replication.");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the cluster token for --servers (else $PS_TOKEN).");
 ABSL_FLAG(bool, fused, true,
@@ -210,12 +217,7 @@ struct CaseResult {
   std::string error;
 };
 
-// Running ps_servers to measure (--servers) instead of in-process shards.
-struct RemoteServers {
-  std::vector<std::string> addresses;  // index = shard index
-  std::string token;
-  std::unique_ptr<coordinator::ShardClient> shards;
-};
+using bench::RemoteServers;
 
 // The workers' options but for their id.
 BenchWorkerOptions WorkerOptions(const std::vector<std::string>& addresses,
@@ -359,10 +361,9 @@ class BenchJob {
       r.set_shard_index(s);
       r.set_num_shards(num_shards);
       for (int w = 1; w <= num_workers; ++w) r.add_worker_ids(w);
-      absl::Status st =
-          remote != nullptr
-              ? remote->shards->SetupJob(addresses_[s], r).status()
-              : shards_[s]->store->SetupJob(r).status();
+      const absl::Status st = remote != nullptr
+                                  ? bench::SetUpRemoteShard(*remote, r)
+                                  : shards_[s]->store->SetupJob(r).status();
       if (!st.ok()) {
         // (The shard client's message names the server already.)
         error_ = absl::StrCat("SetupJob: ", st.message());
@@ -575,35 +576,25 @@ int Main(bool malloc_tuned) {
                                          "(TuneMallocForLargeMessages)"
                                        : "glibc's default thresholds"));
   bool failed = false;  // a case ended with an error
+  if (absl::GetFlag(FLAGS_replication) != 1 &&
+      absl::GetFlag(FLAGS_servers).empty()) {
+    std::fprintf(stderr,
+                 "--replication needs --servers (running ps_servers)\n");
+    return 2;
+  }
   std::unique_ptr<RemoteServers> remote;
   if (const std::string servers = absl::GetFlag(FLAGS_servers);
       !servers.empty()) {
-    remote = std::make_unique<RemoteServers>();
-    remote->addresses = absl::StrSplit(servers, ',', absl::SkipWhitespace());
-    if (remote->addresses.empty()) {
-      std::fprintf(stderr, "--servers: no host:port in \"%s\"\n",
-                   servers.c_str());
-      return 2;
-    }
-    absl::StatusOr<std::string> token = ReadClusterToken(
-        absl::GetFlag(FLAGS_token_file), std::getenv("PS_TOKEN"));
-    if (!token.ok()) {
+    absl::StatusOr<std::unique_ptr<RemoteServers>> connected =
+        bench::ConnectRemote(servers, absl::GetFlag(FLAGS_token_file),
+                             std::getenv("PS_TOKEN"),
+                             absl::GetFlag(FLAGS_replication));
+    if (!connected.ok()) {
       std::fprintf(stderr, "%s\n",
-                   std::string(token.status().message()).c_str());
-      return 2;
+                   std::string(connected.status().message()).c_str());
+      return absl::IsUnavailable(connected.status()) ? 1 : 2;
     }
-    remote->token = *token;
-    // A wrong address fails here, at once, not as a case's error.
-    for (const std::string& address : remote->addresses) {
-      if (!CanConnect(address, absl::Seconds(5))) {
-        std::fprintf(stderr, "--servers: cannot connect to %s within 5 s\n",
-                     address.c_str());
-        return 1;
-      }
-    }
-    coordinator::GrpcShardClientOptions shard_options;
-    shard_options.token = remote->token;
-    remote->shards = coordinator::MakeGrpcShardClient(shard_options);
+    remote = *std::move(connected);
   }
   if (absl::GetFlag(FLAGS_mode) == "sparse") {
     emit(absl::StrCat(

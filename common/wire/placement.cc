@@ -91,4 +91,12 @@ std::vector<int64_t> ChunksOverlapping(const Placement& placement,
   return out;
 }
 
+std::vector<int> BackupServers(int shard, int num_servers, int factor) {
+  std::vector<int> out;
+  for (int j = 1; j < factor && j < num_servers; ++j) {
+    out.push_back((shard + j) % num_servers);
+  }
+  return out;
+}
+
 }  // namespace ps

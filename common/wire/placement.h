@@ -54,6 +54,12 @@ std::vector<int64_t> ChunksOverlapping(const Placement& placement,
                                        int tensor_index, int64_t begin,
                                        int64_t end);
 
+// Replicated shards (JobSpec.replication): the servers (indices into a
+// job's server list) of shard `shard`'s backups, replicas 1 .. factor-1:
+// servers shard+1, ..., shard+factor-1 (mod num_servers), so that no
+// server holds two replicas of one shard (factor <= num_servers).
+std::vector<int> BackupServers(int shard, int num_servers, int factor);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_WIRE_PLACEMENT_H_

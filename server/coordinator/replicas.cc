@@ -11,14 +11,6 @@ int ReplicationFactor(const JobSpec& spec) {
   return std::max(1, spec.replication().factor());
 }
 
-std::vector<int> BackupServers(int shard, int num_servers, int factor) {
-  std::vector<int> out;
-  for (int j = 1; j < factor && j < num_servers; ++j) {
-    out.push_back((shard + j) % num_servers);
-  }
-  return out;
-}
-
 std::string ReplicationShortfall(const JobSpec& spec, int num_servers) {
   const int factor = ReplicationFactor(spec);
   if (factor <= 1 || factor <= num_servers) return "";

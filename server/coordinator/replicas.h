@@ -2,9 +2,10 @@
 // shard's backups go, and what a replica's loss changes.
 //
 // Placement: the job's servers in member order are 0..n-1, shard i's
-// primary is server i, and its backups are servers i+1, ..., i+factor-1
-// (mod n): never two replicas of a shard on one server, so a factor above
-// the servers is refused at submit (and a pending job waits for enough).
+// primary is server i, and its backups are BackupServers (placement.h):
+// servers i+1, ..., i+factor-1 (mod n), never two replicas of a shard on
+// one server, so a factor above the servers is refused at submit (and a
+// pending job waits for enough).
 //
 // Losses (the reconciler acts, the RPCs outside the table's lock):
 // - A shard's primary dies (its member is DEAD) or comes back without the
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "common/wire/placement.h"
 #include "proto/config.pb.h"
 #include "proto/coordinator_service.pb.h"
 #include "proto/parameter_service.pb.h"
@@ -33,9 +35,6 @@ namespace ps::coordinator {
 
 // The job's replicas per shard (1: unreplicated).
 int ReplicationFactor(const JobSpec& spec);
-
-// Servers (indices into the job's server list) of shard `shard`'s backups.
-std::vector<int> BackupServers(int shard, int num_servers, int factor);
 
 // Why `spec` cannot run on `num_servers` servers ("" if it can; always ""
 // unreplicated, whose jobs wait for a first server).

@@ -1,5 +1,6 @@
 #include "server/shard/replica_entry.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -105,37 +106,82 @@ PullArgs PullArgsOf(const PullRequest& request,
   return args;
 }
 
+ReplicaApplier::ReplicaApplier(ShardStore* store, int64_t epoch)
+    : store_(store), epoch_(epoch), thread_([this] { Run(); }) {}
+
+ReplicaApplier::~ReplicaApplier() { Stop(); }
+
+void ReplicaApplier::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    stopped_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
 absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
     const ReplicateRequest& request) {
   absl::MutexLock l(&mu_);
-  if (request.replica_epoch() < epoch_) {
+  if (request.replica_epoch() != epoch_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "replica of shard ", request.shard(), " of job '", request.job_id(),
-        "' follows the primary of epoch ", epoch_, "; a primary of epoch ",
-        request.replica_epoch(), " was deposed"));
-  }
-  if (request.replica_epoch() > epoch_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "replica of shard ", request.shard(), " of job '", request.job_id(),
-        "' is at epoch ", epoch_, ", not yet at the primary's ",
-        request.replica_epoch(), " (the coordinator sets it up first)"));
+        "' follows the primary of epoch ", epoch_, ", not ",
+        request.replica_epoch(),
+        request.replica_epoch() < epoch_ ? " (that primary was deposed)"
+                                         : " (the coordinator sets it up "
+                                           "first)"));
   }
   for (const ReplicaEntry& entry : request.entries()) {
-    if (entry.index() <= applied_) continue;  // a resend
-    if (entry.index() != applied_ + 1) {
+    if (entry.index() <= held_) continue;  // a resend
+    if (entry.index() != held_ + 1) {
       return absl::FailedPreconditionError(absl::StrCat(
           "replica of shard ", request.shard(), " of job '", request.job_id(),
-          "' holds entries up to ", applied_, "; got entry ", entry.index()));
+          "' holds entries up to ", held_, "; got entry ", entry.index()));
     }
-    PS_RETURN_IF_ERROR(ApplyOne(entry));
-    applied_ = entry.index();
+    auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopped_ || queued_bytes_ < kMaxQueuedBytes;
+    };
+    mu_.Await(absl::Condition(&room));
+    if (stopped_) return absl::UnavailableError("the replica stopped");
+    queue_.push_back(entry);
+    queued_bytes_ += entry.ByteSizeLong();
+    held_ = entry.index();
   }
   ReplicateResponse response;
-  response.set_applied_index(applied_);
+  response.set_applied_index(held_);
   return response;
 }
 
-absl::Status ReplicaApplier::ApplyOne(const ReplicaEntry& entry) {
+void ReplicaApplier::Run() {
+  while (true) {
+    ReplicaEntry entry;
+    {
+      absl::MutexLock l(&mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopped_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&work));
+      if (stopped_) return;
+      entry = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const size_t bytes = entry.ByteSizeLong();
+    ApplyOne(entry);
+    absl::MutexLock l(&mu_);
+    queued_bytes_ -= std::min(queued_bytes_, bytes);
+    applied_ = entry.index();
+  }
+}
+
+void ReplicaApplier::Drain() {
+  absl::MutexLock l(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopped_ || applied_ == held_;
+  };
+  mu_.Await(absl::Condition(&done));
+}
+
+void ReplicaApplier::ApplyOne(const ReplicaEntry& entry) {
   // The primary's call could go through, so this one does at once: a
   // deadline only bounds a wait that would mean the copies differ.
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
@@ -166,34 +212,25 @@ absl::Status ReplicaApplier::ApplyOne(const ReplicaEntry& entry) {
       result = store_->UpdateMembership(entry.membership()).status();
       break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("replica entry ", entry.index(), " holds no change"));
+      result = absl::InvalidArgumentError("the entry holds no change");
   }
   if (static_cast<int>(result.code()) != entry.code()) {
+    absl::MutexLock l(&mu_);
     ++mismatches_;
     ShardLog(absl::StrCat("replica entry ", entry.index(),
                           " answered differently here (", result.ToString(),
                           ") than on the primary (code ", entry.code(), ")"));
   }
-  return absl::OkStatus();
 }
 
-void ReplicaApplier::SetEpoch(int64_t epoch) {
+int64_t ReplicaApplier::held_index() const {
   absl::MutexLock l(&mu_);
-  if (epoch != epoch_) {
-    epoch_ = epoch;
-    applied_ = 0;
-  }
+  return held_;
 }
 
 int64_t ReplicaApplier::applied_index() const {
   absl::MutexLock l(&mu_);
   return applied_;
-}
-
-int64_t ReplicaApplier::epoch() const {
-  absl::MutexLock l(&mu_);
-  return epoch_;
 }
 
 int64_t ReplicaApplier::mismatches() const {

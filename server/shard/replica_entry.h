@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -34,38 +35,55 @@ PushArgs PushArgsOf(const PushRequest& request,
 PullArgs PullArgsOf(const PullRequest& request,
                     std::deque<std::vector<uint64_t>>* keys);
 
-// A backup of one shard of one job: applies its primary's entries to
-// `store` in index order, each through the same ShardStore call the
-// primary made, so that it holds what the primary holds: weights,
-// optimizer slots, rows, versions, clocks and sequence numbers.
-// Thread-safe (one Replicate at a time applies).
+// A backup of one shard of one job: takes its primary's entries in index
+// order and applies them to `store` on a thread of its own, each through
+// the same ShardStore call the primary made, so that it holds what the
+// primary holds: weights, optimizer slots, rows, versions, clocks and
+// sequence numbers. An entry is acknowledged once it is held here (queued
+// in memory, in order), not once applied: the primary's answers wait for
+// the transfer, not for this copy's apply, which runs beside the primary's
+// next ones. A promotion first waits for every held entry to be applied
+// (Drain). Thread-safe.
 class ReplicaApplier {
  public:
-  ReplicaApplier(ShardStore* store, int64_t epoch)
-      : store_(store), epoch_(epoch) {}
+  ReplicaApplier(ShardStore* store, int64_t epoch);
+  ~ReplicaApplier();  // Stop()
 
-  // Applies the entries above applied_index(), which must follow it
-  // without a gap (FAILED_PRECONDITION otherwise); refuses a primary of an
-  // older epoch (FAILED_PRECONDITION: it was deposed). An entry whose
-  // result differs from the primary's is counted (mismatches()) and logged.
+  // Holds the entries above held_index(), which must follow it without a
+  // gap (FAILED_PRECONDITION otherwise); refuses a primary of another
+  // epoch (FAILED_PRECONDITION: an older one was deposed). Waits while the
+  // entries not yet applied pass kMaxQueuedBytes (the primary then waits
+  // too). An entry whose result here differs from the primary's is counted
+  // (mismatches()) and logged.
   absl::StatusOr<ReplicateResponse> Apply(const ReplicateRequest& request);
 
-  // A promotion or a new primary: entries of `epoch` start at index 1.
-  void SetEpoch(int64_t epoch);
+  // Waits until every held entry is applied.
+  void Drain();
+  // Stops applying (what is queued is dropped) and joins the thread.
+  void Stop();
 
+  int64_t held_index() const;
   int64_t applied_index() const;
-  int64_t epoch() const;
+  int64_t epoch() const { return epoch_; }
   int64_t mismatches() const;
 
+  static constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
+
  private:
-  absl::Status ApplyOne(const ReplicaEntry& entry)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Run();
+  // One entry through the store; the result checked against the primary's.
+  void ApplyOne(const ReplicaEntry& entry);
 
   ShardStore* const store_;
+  const int64_t epoch_;
   mutable absl::Mutex mu_;
-  int64_t epoch_ ABSL_GUARDED_BY(mu_);
+  std::deque<ReplicaEntry> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t mismatches_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
 };
 
 }  // namespace ps::server

@@ -135,7 +135,9 @@ absl::StatusOr<SetupJobResponse> ShardRouter::SetupJob(
   }
   if (held != nullptr && held->role == SetupJobRequest::BACKUP &&
       role == SetupJobRequest::PRIMARY && !request.replace()) {
-    // A failover: the backup's state goes on as the primary's.
+    // A failover: the backup's state goes on as the primary's, once it
+    // applied every entry it holds.
+    held->backup->Drain();
     std::shared_ptr<ReplicatedShard> primary =
         MakePrimary(held->store, request);
     PS_ASSIGN_OR_RETURN(ShardStatus status,
@@ -162,16 +164,20 @@ absl::StatusOr<SetupJobResponse> ShardRouter::SetupJob(
   }
   ShardStore* store = nullptr;
   std::shared_ptr<ReplicatedShard> old_primary;
+  std::shared_ptr<ReplicaApplier> old_backup;
   if (held != nullptr) {
     store = held->store;
     if (request.replace() || held->role != role) {
+      absl::MutexLock l(&mu_);
       old_primary = std::move(held->primary);
+      old_backup = held->backup;
     }
   } else {
     absl::MutexLock l(&mu_);
     PS_ASSIGN_OR_RETURN(store, FreeStore(request.job_id()));
   }
   if (old_primary != nullptr) old_primary->Stop();
+  if (old_backup != nullptr) old_backup->Stop();
   PS_ASSIGN_OR_RETURN(SetupJobResponse response, store->SetupJob(request));
   absl::MutexLock l(&mu_);
   if (held == nullptr) {
@@ -203,13 +209,16 @@ absl::StatusOr<SetupJobResponse> ShardRouter::SetupJob(
 absl::Status ShardRouter::TeardownJob(const TeardownJobRequest& request) {
   absl::MutexLock setup(&setup_mu_);
   std::vector<std::pair<ShardStore*, std::shared_ptr<ReplicatedShard>>> held;
+  std::vector<std::shared_ptr<ReplicaApplier>> backups;
   {
     absl::MutexLock l(&mu_);
     for (Held* h : HeldOf(request.job_id())) {
       held.emplace_back(h->store, h->primary);
+      if (h->backup != nullptr) backups.push_back(h->backup);
     }
     if (held.empty()) held.emplace_back(stores_.front().get(), nullptr);
   }
+  for (auto& b : backups) b->Stop();
   absl::Status first;
   for (auto& [store, primary] : held) {
     if (primary != nullptr) primary->Stop();
@@ -354,7 +363,7 @@ absl::StatusOr<ShardStatus> ShardRouter::GetShardStatus(
       out->set_last_error(b.last_error);
     }
   } else if (backup != nullptr) {
-    status.set_replica_index(backup->applied_index());
+    status.set_replica_index(backup->held_index());
     status.set_replica_epoch(backup->epoch());
   }
   return status;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
@@ -132,7 +133,7 @@ class Access {
     o.tls.cert_file = tls_cert;
     o.tls.key_file = tls_key;
     o.tls.ca_file = tls_ca;
-    absl::StatusOr<std::unique_ptr<client::ParameterAccess>> access;
+    absl::StatusOr<std::unique_ptr<client::PsAccess>> access;
     {
       py::gil_scoped_release release;
       access = client::CreatePsAccess(assignment_, o);
@@ -219,9 +220,24 @@ class Access {
     {
       py::gil_scoped_release release;
       access_->CancelCalls();
+      absl::MutexLock l(&life_mu_);
       access_.reset();
     }
     pushed_.clear();
+  }
+
+  // A failover of replicated shards (same job, same incarnation): the
+  // shards' addresses from now on; calls in flight go on there (from any
+  // thread: the job's watcher). Nothing once closed.
+  void SetServerAddresses(const std::vector<std::string>& addresses) {
+    py::gil_scoped_release release;
+    absl::MutexLock l(&life_mu_);
+    if (access_ == nullptr) return;
+    absl::Status s = access_->SetServerAddresses(addresses);
+    if (!s.ok()) {
+      py::gil_scoped_acquire acquire;
+      throw StatusError(s);
+    }
   }
 
  private:
@@ -301,7 +317,9 @@ class Access {
   const WorkerAssignment assignment_;
   std::vector<int> dims_;
   std::atomic<bool> stop_{false};
-  std::unique_ptr<client::ParameterAccess> access_;
+  // Reset by Close; SetServerAddresses (another thread) holds life_mu_.
+  absl::Mutex life_mu_;
+  std::unique_ptr<client::PsAccess> access_;
   // Arrays of this step's pushes, held until its EndStep is over.
   std::vector<py::object> pushed_;
 };
@@ -341,6 +359,9 @@ void BindAccess(py::module_& m) {
       .def("part_boundaries", &Access::PartBoundaries, py::arg("index"))
       .def("stop", &Access::Stop,
            "Ends every wait with ps.Cancelled (thread-safe).")
+      .def("set_server_addresses", &Access::SetServerAddresses,
+           py::arg("addresses"),
+           "A failover: the shards' addresses from now on (thread-safe).")
       .def("close", &Access::Close);
 }
 

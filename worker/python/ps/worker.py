@@ -151,7 +151,7 @@ class Job:
         self.rolled_back = False
         self._steps_per_epoch = 1
         self._t0 = time.monotonic()
-        self._timing = {"pull": 0.0}
+        self._timing = {"pull": 0.0, "push": 0.0}  # inside the step body
         self._window = []
         self._stale = [0.0, 0]
         self.report_every_steps = 20
@@ -206,6 +206,11 @@ class Job:
                     access.stop()
                 return
             else:
+                if list(seen.server_addresses) != list(self.assignment.server_addresses):
+                    # A replicated shard failed over: no rollback, the calls
+                    # in flight go on at the new address.
+                    for access in self._accesses:
+                        access.set_server_addresses(list(seen.server_addresses))
                 self.evaluator = seen.evaluator
                 self.others_done = seen.others_done
                 self.assignment = seen
@@ -265,10 +270,14 @@ class Job:
         self._stale[0] += staleness
         self._stale[1] += 1
 
-    def _record_step(self, step, compute_s, end_s):
-        pull = self._timing["pull"]
-        self._timing["pull"] = 0.0
-        self._window.append((step.loss, step.examples, pull, compute_s - pull, end_s))
+    def _record_step(self, step, body_s, end_s):
+        """A step's times: its body's pulls and pushes (rows pulled, dense
+        gradients sent from backward) and its end's wait count as pull and
+        push time, the rest of the body as compute; also in step.times."""
+        pull, push = self._timing["pull"], self._timing["push"]
+        self._timing["pull"] = self._timing["push"] = 0.0
+        step.times = (pull, body_s - pull - push, push + end_s)
+        self._window.append((step.loss, step.examples, *step.times))
         if len(self._window) >= self.report_every_steps:
             self._report_window(step.clock + 1)
 
