@@ -1,6 +1,6 @@
 // A job's checkpoints on a shard: snapshots of its tables at one version,
-// written to <data_dir>/<job_id>/ (common/wire/checkpoint.h: by tensor range, so
-// they restore onto any number of shards), and restores of the newest
+// written to <data_dir>/<job_id>/ (common/wire/checkpoint.h: by tensor range,
+// so they restore onto any number of shards), and restores of the newest
 // checkpoint every table accepts.
 #ifndef PS_SERVER_SHARD_JOB_CHECKPOINT_H_
 #define PS_SERVER_SHARD_JOB_CHECKPOINT_H_
@@ -15,8 +15,8 @@
 #include "absl/time/time.h"
 #include "common/platform/clock.h"
 #include "common/platform/file_system.h"
-#include "proto/parameter_service.pb.h"
 #include "common/wire/checkpoint.h"
+#include "proto/parameter_service.pb.h"
 #include "server/shard/job.h"
 
 namespace ps::server {

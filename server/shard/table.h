@@ -50,8 +50,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "server/shard/apply_pool.h"
 #include "common/wire/checkpoint.h"
+#include "server/shard/apply_pool.h"
 #include "server/shard/push_pull.h"
 
 namespace ps::server {
