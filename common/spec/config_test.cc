@@ -42,7 +42,8 @@ TEST(Config, ShippedExamplesLoadAndValidate) {
                            "configs/fashion_mnist_asp.pbtxt",
                            "configs/fashion_mnist_asp_overlap.pbtxt",
                            "configs/fashion_mnist_ssp3.pbtxt",
-                           "configs/fashion_mnist_bsp_topk.pbtxt"}) {
+                           "configs/fashion_mnist_bsp_topk.pbtxt",
+                           "configs/fashion_mnist_bsp_replicated.pbtxt"}) {
     // The dataset is installed by tools/setup.sh, so check its files too.
     auto spec = LoadJobSpec(name);
     ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
