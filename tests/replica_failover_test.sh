@@ -3,10 +3,9 @@
 # CPU workers trains a job with `replication { factor: 2 }` (shard i's
 # backup on server i+1). Mid-job, server-1 (the primary of one shard, the
 # backup of another) is killed with SIGKILL:
-# - --mode dead (default): it stays down; the coordinator declares it dead
-#   after --member_timeout_ms and promotes shard 1's backup (event
-#   `failover`), and tells shard 0's primary to drop its dead backup (event
-#   `backup_lost`);
+# - --mode dead (default): it stays down; the coordinator finds it gone
+#   (its polls refused) and promotes its shard's backup (event `failover`),
+#   and tells the primary it backed up to drop it (event `backup_lost`);
 # - --mode restart: it comes back at once without its state (a new
 #   process under its member id); the same happens without waiting for the
 #   timeout.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,10 @@ struct ShardSync {
   // to be told.
   bool primary_lost = false;
   bool backups_changed = false;
+  // When the shard's server first failed a call with UNAVAILABLE (the
+  // process is gone: connection refused) since it last answered; 0: it
+  // answers.
+  int64_t unreachable_since_ms = 0;
 };
 
 // What the coordinator knows of a worker between heartbeats (not stored).
@@ -84,7 +89,10 @@ struct Job {
   int64_t record_seq = 0;  // orders record writes
   bool starting = false;   // shards being set up
   bool reconciling = false;
-  std::vector<ShardSync> shards;               // by shard index
+  std::vector<ShardSync> shards;  // by shard index
+  // Replicated shards: servers (member ids) found gone by their refused
+  // calls before the member timeout (replicas.h): not backups any more.
+  std::set<int64_t> unreachable_servers;
   std::map<int64_t, WorkerRuntime> runtime;    // by member id
   std::map<int64_t, double> examples_per_sec;  // latest, by member id
   double staleness_sum = 0;

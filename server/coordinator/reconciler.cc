@@ -24,6 +24,11 @@ std::vector<ShardAction> PlanShardActions(Job& job, const std::vector<bool>& up,
     a.address = address;
     actions.push_back(std::move(a));
   };
+  // A replicated shard's primary is polled every second at most: a failed
+  // poll is how its loss is noticed before the member timeout.
+  const int64_t interval = job.record.replicas_size() > 0
+                               ? std::min<int64_t>(poll_interval_ms, 1000)
+                               : poll_interval_ms;
   for (int i = 0; i < job.record.servers_size(); ++i) {
     ShardSync& s = job.shards[i];
     const std::string& address = job.record.servers(i);
@@ -33,7 +38,7 @@ std::vector<ShardAction> PlanShardActions(Job& job, const std::vector<bool>& up,
         add(ShardAction::kCheck, i, address);
       } else if (s.synced_epoch < job.record.membership_epoch()) {
         add(ShardAction::kMembership, i, address);
-      } else if (now - s.last_poll_ms >= poll_interval_ms) {
+      } else if (now - s.last_poll_ms >= interval) {
         s.last_poll_ms = now;
         add(ShardAction::kPoll, i, address);
       }
@@ -350,6 +355,10 @@ bool Reconciler::CommitAction(Job& job, const Round& round, const Outcome& out,
   }
   if (out.totals[k].has_value()) {
     save |= UpdateCounters(*table_, job, a.shard, *out.totals[k], writes);
+  }
+  if (a.kind == ShardAction::kPoll || a.kind == ShardAction::kMembership ||
+      a.kind == ShardAction::kCheck) {
+    NoteShardAnswer(job, a.shard, out.results[k], table_->clock().NowMs());
   }
   if (a.kind == ShardAction::kPoll) return save;
   if (a.kind == ShardAction::kPromote || a.kind == ShardAction::kDropBackups) {

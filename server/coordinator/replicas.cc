@@ -75,20 +75,23 @@ SetupJobRequest ReplicaSetup(const JobRecord& record, int shard,
   return req;
 }
 
-std::vector<int> LiveBackups(const JobRecord& record, int shard,
+std::vector<int> LiveBackups(const Job& job, int shard,
                              const Membership& members) {
   std::vector<int> out;
-  if (shard >= record.replicas_size()) return out;
-  const ShardReplicas& r = record.replicas(shard);
+  if (shard >= job.record.replicas_size()) return out;
+  const ShardReplicas& r = job.record.replicas(shard);
   for (int b = 0; b < r.backup_members_size(); ++b) {
-    if (members.IsAlive(r.backup_members(b))) out.push_back(b);
+    const int64_t m = r.backup_members(b);
+    if (members.IsAlive(m) && !job.unreachable_servers.count(m)) {
+      out.push_back(b);
+    }
   }
   return out;
 }
 
 Promotion PlanPromotion(const Job& job, int shard, const Membership& members) {
   Promotion p;
-  const std::vector<int> live = LiveBackups(job.record, shard, members);
+  const std::vector<int> live = LiveBackups(job, shard, members);
   if (live.empty()) return p;
   const ShardReplicas& r = job.record.replicas(shard);
   p.backup = live[0];
@@ -106,7 +109,7 @@ SetupJobRequest PlanBackupDrop(const Job& job, int shard,
                                const Membership& members) {
   if (shard >= job.record.replicas_size()) return {};
   const ShardReplicas& r = job.record.replicas(shard);
-  const std::vector<int> live = LiveBackups(job.record, shard, members);
+  const std::vector<int> live = LiveBackups(job, shard, members);
   const bool changed = shard < static_cast<int>(job.shards.size()) &&
                        job.shards[shard].backups_changed;
   if (!changed && static_cast<int>(live.size()) == r.backup_members_size()) {
@@ -138,6 +141,7 @@ void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
   sh.needs_check = false;
   sh.primary_lost = false;
   sh.backups_changed = false;
+  sh.unreachable_since_ms = 0;
   sh.synced_epoch = -1;  // the membership again, to the new primary
   sh.have_counters = false;
   table.AddEvent(
@@ -180,6 +184,28 @@ void ApplyBackupDrop(JobTable& table, Job& job, int shard,
         0, writes);
   }
   table.Touch(job);
+}
+
+void NoteShardAnswer(Job& job, int shard, const absl::Status& result,
+                     int64_t now_ms) {
+  if (shard >= job.record.replicas_size() ||
+      shard >= static_cast<int>(job.shards.size())) {
+    return;
+  }
+  ShardSync& sh = job.shards[shard];
+  if (!absl::IsUnavailable(result)) {
+    if (result.ok()) sh.unreachable_since_ms = 0;
+    return;
+  }
+  if (sh.unreachable_since_ms == 0) {
+    sh.unreachable_since_ms = now_ms;
+  } else if (now_ms - sh.unreachable_since_ms >= kUnreachableMs &&
+             job.record.replicas(shard).backup_members_size() > 0) {
+    sh.primary_lost = true;
+    if (shard < job.record.server_members_size()) {
+      job.unreachable_servers.insert(job.record.server_members(shard));
+    }
+  }
 }
 
 void NoteServerRestarted(JobTable& table, int64_t member, WriteBatch* writes) {

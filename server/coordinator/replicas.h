@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/wire/placement.h"
 #include "proto/config.pb.h"
 #include "proto/coordinator_service.pb.h"
@@ -50,8 +51,9 @@ SetupJobRequest ReplicaSetup(const JobRecord& record, int shard,
                              SetupJobRequest::ReplicaRole role,
                              const std::vector<int64_t>& workers);
 
-// Shard `shard`'s backups whose member is alive, in order.
-std::vector<int> LiveBackups(const JobRecord& record, int shard,
+// Shard `shard`'s backups whose member is alive (and not found gone by
+// NoteShardAnswer), in order.
+std::vector<int> LiveBackups(const Job& job, int shard,
                              const Membership& members);
 
 // A promotion to plan: the backup (index in replicas(shard)) and the
@@ -81,6 +83,15 @@ void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
 void ApplyBackupDrop(JobTable& table, Job& job, int shard,
                      const SetupJobRequest& kept, WriteBatch* writes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
+
+// A replicated shard's primary answered a call with `result` at `now_ms`:
+// UNAVAILABLE twice at least kUnreachableMs apart (its process is gone)
+// makes it lost, to fail over without waiting for the member timeout (and
+// its server is no backup any more); an answer clears it. Unreplicated
+// shards are left to that timeout.
+inline constexpr int64_t kUnreachableMs = 500;
+void NoteShardAnswer(Job& job, int shard, const absl::Status& result,
+                     int64_t now_ms);
 
 // A server whose process restarted (the state it held is gone): the
 // backups it held leave the record (their primaries are told, next round),

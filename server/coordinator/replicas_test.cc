@@ -115,6 +115,34 @@ TEST_F(ReplicasTest, ADeadBackupIsDroppedFromItsPrimary) {
   EXPECT_TRUE(PlanBackupDrop(*job_, 0, members_).job_id().empty());
 }
 
+TEST_F(ReplicasTest, APrimaryThatRefusesCallsTwiceIsLost) {
+  const absl::Status refused = absl::UnavailableError("connection refused");
+  NoteShardAnswer(*job_, 1, refused, 1000);
+  EXPECT_FALSE(job_->shards[1].primary_lost);
+  NoteShardAnswer(*job_, 1, absl::OkStatus(), 1200);  // it answers again
+  NoteShardAnswer(*job_, 1, refused, 1400);
+  NoteShardAnswer(*job_, 1, refused, 1400 + kUnreachableMs - 1);
+  EXPECT_FALSE(job_->shards[1].primary_lost);
+  // A slow answer is not a lost server.
+  NoteShardAnswer(*job_, 1, absl::DeadlineExceededError("slow"), 3000);
+  EXPECT_FALSE(job_->shards[1].primary_lost);
+  NoteShardAnswer(*job_, 1, refused, 1400 + kUnreachableMs);
+  EXPECT_TRUE(job_->shards[1].primary_lost);
+  // Its server (member 2) is no backup of shard 0 any more either.
+  {
+    absl::MutexLock l(&table_.mu());
+    SetupJobRequest drop = PlanBackupDrop(*job_, 0, members_);
+    EXPECT_EQ(drop.job_id(), "job-1");
+    EXPECT_EQ(drop.backup_addresses_size(), 0);
+  }
+  // Without a backup to take over, the member timeout decides.
+  job_->record.mutable_replicas(2)->clear_backup_members();
+  job_->record.mutable_replicas(2)->clear_backup_addresses();
+  NoteShardAnswer(*job_, 2, refused, 1000);
+  NoteShardAnswer(*job_, 2, refused, 5000);
+  EXPECT_FALSE(job_->shards[2].primary_lost);
+}
+
 TEST_F(ReplicasTest, ARestartedServerLosesItsReplicas) {
   absl::MutexLock l(&table_.mu());
   WriteBatch writes;
