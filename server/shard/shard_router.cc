@@ -69,7 +69,8 @@ absl::StatusOr<ShardStore*> ShardRouter::FreeStore(absl::string_view job_id) {
 
 absl::StatusOr<ShardRouter::Route> ShardRouter::RouteFor(
     absl::string_view job_id, int shard) {
-  absl::MutexLock l(&mu_);
+  // Shared: every push and pull passes here; only setups write.
+  absl::ReaderMutexLock l(&mu_);
   std::vector<Held*> held = HeldOf(job_id);
   Route route;
   if (held.empty()) {

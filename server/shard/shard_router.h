@@ -95,7 +95,7 @@ class ShardRouter final : public ShardStore {
   absl::StatusOr<Route> RouteFor(absl::string_view job_id, int shard);
   // The held shards of a job (none: empty).
   std::vector<Held*> HeldOf(absl::string_view job_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A store holding no shard of `job_id` (made if needed).
   absl::StatusOr<ShardStore*> FreeStore(absl::string_view job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
