@@ -138,6 +138,11 @@ ABSL_FLAG(int, sparse_batch, 4096,
           "--mode=sparse: unique keys per step (Zipf(1.05) draws).");
 ABSL_FLAG(int64_t, sparse_key_space, 10000000,
           "--mode=sparse: keys are drawn from [1, this].");
+ABSL_FLAG(int, sparse_predraw, 4096,
+          "--mode=sparse: batches each worker draws before it measures (so "
+          "the timed loop does not run the key generator, the benchmark's "
+          "work; the peer's driver does the same); past them, and with 0, "
+          "a batch is drawn while the step before it is in flight.");
 ABSL_FLAG(std::string, sparse_dtype, "fp32",
           "--mode=sparse: the table's dtype on the wire: fp32, fp16, bf16.");
 
@@ -454,6 +459,7 @@ bench::SparseBenchOptions SparseOptions(int dim) {
                                                           : FLOAT32;
   o.batch = absl::GetFlag(FLAGS_sparse_batch);
   o.key_space = absl::GetFlag(FLAGS_sparse_key_space);
+  o.predraw = absl::GetFlag(FLAGS_sparse_predraw);
   o.fused = absl::GetFlag(FLAGS_fused);
   o.seconds = absl::GetFlag(FLAGS_seconds_per_case);
   o.min_steps = absl::GetFlag(FLAGS_min_steps);

@@ -123,6 +123,24 @@ absl::StatusOr<ZipfKeyBatches> ZipfKeyBatches::Create(int64_t key_space,
 }
 
 void ZipfKeyBatches::Next(std::vector<uint64_t>* keys) {
+  if (taken_ < drawn_.size()) {
+    keys->swap(drawn_[taken_++]);
+    if (taken_ == drawn_.size()) {
+      drawn_.clear();
+      taken_ = 0;
+    }
+    return;
+  }
+  Draw(keys);
+}
+
+void ZipfKeyBatches::Predraw(int batches) {
+  const size_t first = drawn_.size();
+  drawn_.resize(first + std::max(batches, 0));
+  for (size_t i = first; i < drawn_.size(); ++i) Draw(&drawn_[i]);
+}
+
+void ZipfKeyBatches::Draw(std::vector<uint64_t>* keys) {
   keys->clear();
   absl::flat_hash_set<uint64_t> seen;
   seen.reserve(batch_);
@@ -174,6 +192,7 @@ StartedWorker StartWorker(const SparseBenchOptions& o) {
         (placement.ok() ? keys.status() : placement.status()).ToString();
     return out;
   }
+  keys->Predraw(o.predraw);
   client::ParameterClientOptions co;
   co.server_addresses = o.addresses;
   co.token = o.token;
@@ -272,6 +291,7 @@ absl::StatusOr<std::vector<SparseFigures>> RunSparseProcesses(
          absl::StrCat("--sparse_dims=", o.dim), "--sparse_dtype=" + dtype,
          absl::StrCat("--sparse_batch=", o.batch),
          absl::StrCat("--sparse_key_space=", o.key_space),
+         absl::StrCat("--sparse_predraw=", o.predraw),
          absl::StrCat("--fused=", o.fused ? "true" : "false"),
          absl::StrCat("--seconds_per_case=", o.seconds),
          absl::StrCat("--min_steps=", o.min_steps),

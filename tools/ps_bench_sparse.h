@@ -35,13 +35,20 @@ class ZipfKeyBatches {
                                                int batch, uint64_t seed);
   // The next batch (replacing `keys`' contents), in order of first draw.
   void Next(std::vector<uint64_t>* keys);
+  // Draws the next `batches` batches now; Next hands them out first, in
+  // the same order, so the stream is the same.
+  void Predraw(int batches);
 
  private:
   ZipfKeyBatches(data_tools::ZipfSampler zipf, int batch, uint64_t seed)
       : zipf_(zipf), batch_(batch), rng_(seed) {}
+  void Draw(std::vector<uint64_t>* keys);
+
   data_tools::ZipfSampler zipf_;
   int batch_;
   worker::data::SplitMix64 rng_;
+  std::vector<std::vector<uint64_t>> drawn_;
+  size_t taken_ = 0;
 };
 
 // The job the sparse cases set up: one table "emb" of `dim` values in
@@ -58,6 +65,8 @@ struct SparseBenchOptions {
   int batch = 4096;
   int64_t key_space = 10'000'000;
   double zipf_s = 1.05;
+  // Batches drawn before the warm-up step (ZipfKeyBatches::Predraw).
+  int predraw = 0;
   bool fused = true;
   double seconds = 1.5;
   int min_steps = 3;

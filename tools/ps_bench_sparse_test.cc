@@ -53,6 +53,23 @@ TEST(ZipfKeyBatches, SeededAndChecked) {
   EXPECT_FALSE(ZipfKeyBatches::Create(1000, 0, 10, 1).ok());
 }
 
+TEST(ZipfKeyBatches, PredrawnBatchesAreTheSameStream) {
+  auto drawn = ZipfKeyBatches::Create(1000, 1.05, 100, 3);
+  auto live = ZipfKeyBatches::Create(1000, 1.05, 100, 3);
+  ASSERT_TRUE(drawn.ok() && live.ok());
+  drawn->Predraw(3);
+  std::vector<uint64_t> kd, kl;
+  // Three predrawn batches, then two drawn as they are asked for, then
+  // three more predrawn.
+  for (int b = 0; b < 8; ++b) {
+    if (b == 5) drawn->Predraw(3);
+    drawn->Next(&kd);
+    live->Next(&kl);
+    ASSERT_EQ(kd.size(), 100u);
+    EXPECT_EQ(kd, kl) << "batch " << b;
+  }
+}
+
 TEST(SparseBench, SpecIsAValidJob) {
   for (int dim : {16, 64}) {
     for (DType dtype : {FLOAT32, FLOAT16, BFLOAT16}) {

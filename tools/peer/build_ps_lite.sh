@@ -30,6 +30,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 g++ ${FLAGS/c++14/c++17} $INC -I"$REPO" "$HERE/ps_lite_sparse_bench.cc" \
   "$REPO/tools/data/zipf.cc" "${objs[@]}" -lzmq -lprotobuf \
   -labsl_statusor -labsl_status -labsl_strings -labsl_str_format_internal \
-  -labsl_int128 -labsl_raw_logging_internal -o "$OUT/ps_lite_sparse_bench"
+  -labsl_int128 -labsl_raw_logging_internal -labsl_hash -labsl_city \
+  -labsl_low_level_hash -labsl_raw_hash_set -o "$OUT/ps_lite_sparse_bench"
 echo "$OUT/ps_lite_dense_bench"
 echo "$OUT/ps_lite_sparse_bench"
