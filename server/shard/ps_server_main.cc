@@ -204,7 +204,7 @@ absl::StatusOr<std::unique_ptr<ShardStore>> CreateStore(
       std::unique_ptr<ShardRouter> router,
       ShardRouter::Create(
           [&metrics, restarted] { return CreateOneStore(metrics, restarted); },
-          GrpcReplicaLinks(channel, token)));
+          GrpcReplicaLinks(channel, token), &metrics));
   return std::unique_ptr<ShardStore>(std::move(router));
 }
 

@@ -106,8 +106,12 @@ PullArgs PullArgsOf(const PullRequest& request,
   return args;
 }
 
-ReplicaApplier::ReplicaApplier(ShardStore* store, int64_t epoch)
-    : store_(store), epoch_(epoch), thread_([this] { Run(); }) {}
+ReplicaApplier::ReplicaApplier(ShardStore* store, int64_t epoch,
+                               prometheus::Counter* mismatch_counter)
+    : store_(store),
+      epoch_(epoch),
+      mismatch_counter_(mismatch_counter),
+      thread_([this] { Run(); }) {}
 
 ReplicaApplier::~ReplicaApplier() { Stop(); }
 
@@ -215,6 +219,7 @@ void ReplicaApplier::ApplyOne(const ReplicaEntry& entry) {
       result = absl::InvalidArgumentError("the entry holds no change");
   }
   if (static_cast<int>(result.code()) != entry.code()) {
+    if (mismatch_counter_ != nullptr) mismatch_counter_->Increment();
     absl::MutexLock l(&mu_);
     ++mismatches_;
     ShardLog(absl::StrCat("replica entry ", entry.index(),
@@ -226,11 +231,6 @@ void ReplicaApplier::ApplyOne(const ReplicaEntry& entry) {
 int64_t ReplicaApplier::held_index() const {
   absl::MutexLock l(&mu_);
   return held_;
-}
-
-int64_t ReplicaApplier::applied_index() const {
-  absl::MutexLock l(&mu_);
-  return applied_;
 }
 
 int64_t ReplicaApplier::mismatches() const {

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/platform/metrics.h"
 #include "proto/parameter_service.pb.h"
 #include "server/shard/push_pull.h"
 #include "server/shard/shard_store.h"
@@ -46,7 +47,10 @@ PullArgs PullArgsOf(const PullRequest& request,
 // (Drain). Thread-safe.
 class ReplicaApplier {
  public:
-  ReplicaApplier(ShardStore* store, int64_t epoch);
+  // `mismatch_counter` (may be null) counts what mismatches() does, for
+  // the server's metrics.
+  ReplicaApplier(ShardStore* store, int64_t epoch,
+                 prometheus::Counter* mismatch_counter = nullptr);
   ~ReplicaApplier();  // Stop()
 
   // Holds the entries above held_index(), which must follow it without a
@@ -54,7 +58,7 @@ class ReplicaApplier {
   // epoch (FAILED_PRECONDITION: an older one was deposed). Waits while the
   // entries not yet applied pass kMaxQueuedBytes (the primary then waits
   // too). An entry whose result here differs from the primary's is counted
-  // (mismatches()) and logged.
+  // (mismatches(), and the counter given to the constructor) and logged.
   absl::StatusOr<ReplicateResponse> Apply(const ReplicateRequest& request);
 
   // Waits until every held entry is applied.
@@ -63,7 +67,6 @@ class ReplicaApplier {
   void Stop();
 
   int64_t held_index() const;
-  int64_t applied_index() const;
   int64_t epoch() const { return epoch_; }
   int64_t mismatches() const;
 
@@ -76,6 +79,7 @@ class ReplicaApplier {
 
   ShardStore* const store_;
   const int64_t epoch_;
+  prometheus::Counter* const mismatch_counter_;
   mutable absl::Mutex mu_;
   std::deque<ReplicaEntry> queue_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;

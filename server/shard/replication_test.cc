@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "common/platform/fake_clock.h"
 #include "common/platform/file_system.h"
+#include "common/platform/metrics.h"
 #include "common/wire/checkpoint.h"
 #include "server/shard/replica_entry.h"
 #include "server/shard/replicated_shard.h"
@@ -73,7 +74,8 @@ class Net {
     const std::string address_;
   };
 
-  std::unique_ptr<ShardRouter> NewServer(const std::string& address) {
+  std::unique_ptr<ShardRouter> NewServer(const std::string& address,
+                                         MetricsRegistry* metrics = nullptr) {
     const std::string dir = TempDir("replica-" + address);
     auto router = ShardRouter::Create(
         [this, dir]() -> absl::StatusOr<std::unique_ptr<ShardStore>> {
@@ -81,7 +83,8 @@ class Net {
         },
         [this](const std::string& to) -> std::unique_ptr<ReplicaLink> {
           return std::make_unique<Link>(this, to);
-        });
+        },
+        metrics);
     EXPECT_TRUE(router.ok()) << router.status();
     absl::MutexLock l(&mu_);
     servers_.emplace_back(address, router->get());
@@ -406,6 +409,37 @@ TEST(Replication, ADeposedPrimaryIsRefused) {
   stale.set_replica_epoch(1);
   EXPECT_EQ(b->Replicate(stale).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A change the backup answers otherwise than the primary did (here a push
+// from a worker that is not a member, which the primary is said to have
+// taken) is counted in the server's metrics: the copies may differ.
+TEST(Replication, ABackupCountsAChangeItAnsweredOtherwise) {
+  MetricsRegistry metrics;
+  Net net;
+  auto b = net.NewServer("b", &metrics);
+  const JobSpec spec = ReplicatedSpec(ConsistencySpec::ASP);
+  ASSERT_TRUE(b->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::BACKUP)).ok());
+  ReplicateRequest r;
+  r.set_job_id("job1");
+  r.set_shard(0);
+  r.set_replica_epoch(1);
+  ReplicaEntry* e = r.add_entries();
+  e->set_index(1);
+  e->set_code(0);  // OK on the primary
+  e->mutable_push()->set_job_id("job1");
+  e->mutable_push()->set_worker_id(99);
+  e->mutable_push()->set_seq(1);
+  ASSERT_TRUE(b->Replicate(r).ok());
+  const std::string counted =
+      "shard_replica_mismatches_total{job=\"job1\",shard=\"0\"} 1";
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!absl::StrContains(metrics.TextSnapshot(), counted) &&
+         absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(absl::StrContains(metrics.TextSnapshot(), counted))
+      << metrics.TextSnapshot();
 }
 
 // One server holding two shards of a job (a backup promoted beside its own

@@ -11,15 +11,19 @@
 namespace ps::server {
 
 absl::StatusOr<std::unique_ptr<ShardRouter>> ShardRouter::Create(
-    StoreFactory new_store, ReplicaLinkFactory links) {
+    StoreFactory new_store, ReplicaLinkFactory links,
+    MetricsRegistry* metrics) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> first, new_store());
   return std::unique_ptr<ShardRouter>(new ShardRouter(
-      std::move(new_store), std::move(links), std::move(first)));
+      std::move(new_store), std::move(links), metrics, std::move(first)));
 }
 
 ShardRouter::ShardRouter(StoreFactory new_store, ReplicaLinkFactory links,
+                         MetricsRegistry* metrics,
                          std::unique_ptr<ShardStore> first)
-    : new_store_(std::move(new_store)), links_(std::move(links)) {
+    : new_store_(std::move(new_store)),
+      links_(std::move(links)),
+      metrics_(metrics) {
   absl::MutexLock l(&mu_);
   stores_.push_back(std::move(first));
 }
@@ -201,8 +205,16 @@ absl::StatusOr<SetupJobResponse> ShardRouter::SetupJob(
   if (role == SetupJobRequest::PRIMARY) {
     held->primary = MakePrimary(store, request);
   } else if (role == SetupJobRequest::BACKUP) {
-    held->backup =
-        std::make_shared<ReplicaApplier>(store, request.replica_epoch());
+    prometheus::Counter* mismatches = nullptr;
+    if (metrics_ != nullptr) {
+      mismatches = &metrics_->Counter(
+          "shard_replica_mismatches_total",
+          "Replicated changes this backup answered otherwise than its "
+          "primary (the copies may differ)",
+          {{"job", request.job_id()}, {"shard", absl::StrCat(shard)}});
+    }
+    held->backup = std::make_shared<ReplicaApplier>(
+        store, request.replica_epoch(), mismatches);
   }
   return response;
 }

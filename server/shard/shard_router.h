@@ -32,6 +32,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/platform/metrics.h"
 #include "server/shard/replica_entry.h"
 #include "server/shard/replicated_shard.h"
 #include "server/shard/shard_store.h"
@@ -44,9 +45,12 @@ using StoreFactory =
 class ShardRouter final : public ShardStore {
  public:
   // `new_store` makes each store (the first at once); `links` connects a
-  // primary to a backup's address.
+  // primary to a backup's address. With `metrics`, each backup counts the
+  // changes it answered otherwise than its primary in
+  // shard_replica_mismatches_total{job, shard}.
   static absl::StatusOr<std::unique_ptr<ShardRouter>> Create(
-      StoreFactory new_store, ReplicaLinkFactory links);
+      StoreFactory new_store, ReplicaLinkFactory links,
+      MetricsRegistry* metrics = nullptr);
   ~ShardRouter() override;
 
   absl::StatusOr<SetupJobResponse> SetupJob(
@@ -90,7 +94,7 @@ class ShardRouter final : public ShardStore {
   };
 
   ShardRouter(StoreFactory new_store, ReplicaLinkFactory links,
-              std::unique_ptr<ShardStore> first);
+              MetricsRegistry* metrics, std::unique_ptr<ShardStore> first);
 
   absl::StatusOr<Route> RouteFor(absl::string_view job_id, int shard);
   // The held shards of a job (none: empty).
@@ -107,6 +111,7 @@ class ShardRouter final : public ShardStore {
 
   const StoreFactory new_store_;
   const ReplicaLinkFactory links_;
+  MetricsRegistry* const metrics_;  // may be null
   // Serialises SetupJob and TeardownJob (the role changes).
   absl::Mutex setup_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
