@@ -15,7 +15,8 @@
 // absl::flat_hash_map, or std::unordered_map with BENCH_MAP=std), adds each
 // pushed row into its row (a new key starts at zeros) and answers a pull
 // with copies of the rows; its handle takes no lock (ps-lite calls it from
-// one thread; BENCH_LOCK=1 takes a mutex).
+// one thread; BENCH_LOCK=1 takes a mutex). BENCH_RESERVE=ROWS sizes the
+// rows' array and the map for ROWS rows up front (default 0: they grow).
 //
 // Environment (besides ps-lite's DMLC_*): BENCH_DIM (floats per row),
 // BENCH_BATCH (unique keys per step, default 4096), BENCH_KEY_SPACE
@@ -61,6 +62,7 @@ struct Store {
   absl::flat_hash_map<Key, size_t> index;
   std::vector<float> rows;
   size_t dim = 0;
+  size_t reserve = 0;  // rows reserved once dim is known (BENCH_RESERVE)
 
   float* Row(Key key) {
     return std_map ? RowIn(std_index, key) : RowIn(index, key);
@@ -80,7 +82,15 @@ void Handle(Store* store, const KVMeta& meta, const KVPairs<float>& req,
   std::unique_lock<std::mutex> l(store->mu, std::defer_lock);
   if (store->lock) l.lock();
   if (meta.push) {
-    if (store->dim == 0) store->dim = req.vals.size() / n;
+    if (store->dim == 0) {
+      store->dim = req.vals.size() / n;
+      store->rows.reserve(store->reserve * store->dim);
+      if (store->std_map) {
+        store->std_index.reserve(store->reserve);
+      } else {
+        store->index.reserve(store->reserve);
+      }
+    }
     const size_t dim = store->dim;
     for (size_t i = 0; i < n; ++i) {
       float* w = store->Row(req.keys[i]);
@@ -189,6 +199,7 @@ int main() {
     store->lock = EnvInt("BENCH_LOCK", 0) != 0;
     const char* map = getenv("BENCH_MAP");
     store->std_map = map != nullptr && std::string(map) == "std";
+    store->reserve = static_cast<size_t>(EnvInt("BENCH_RESERVE", 0));
     server = new KVServer<float>(0);
     server->set_request_handle(
         [store](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
