@@ -28,15 +28,8 @@ case $MODE in
   split) OURS_FLAG=--fused=false PEER_FUSED=0 ;;
   *) echo "MODE must be fused or split" >&2; exit 2 ;;
 esac
-umask 077
-head -c 24 /dev/urandom | base64 >"$OUT/token"
-pids=()
-stop_servers() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_servers EXIT
+# start_servers, stop_servers, OUT/token.
+source "$HERE/ps_servers.sh"
 # CPU seconds (user+system) of the processes in "$@".
 cpu_of() {
   local p t=0
@@ -48,19 +41,9 @@ cpu_of() {
 for ((r = 1; r <= ROUNDS; r++)); do
   for c in $CASES; do
     IFS=x read -r S W B <<<"$c"
-    addrs=()
-    for ((i = 0; i < S; i++)); do
-      rm -f "$OUT/port$i"
-      "$PS_SERVER" --port=0 --port_file="$OUT/port$i" --token_file="$OUT/token" \
-        >>"$OUT/ps_server$i.log" 2>&1 &
-      pids+=($!)
-    done
-    for ((i = 0; i < S; i++)); do
-      for _ in $(seq 200); do [[ -s $OUT/port$i ]] && break; sleep 0.1; done
-      addrs+=("127.0.0.1:$(tr -d '[:space:]' <"$OUT/port$i")")
-    done
+    start_servers "$S"
     c0=$(cpu_of "${pids[@]}")
-    "$PS_BENCH" --servers="$(IFS=,; echo "${addrs[*]}")" --token_file="$OUT/token" \
+    "$PS_BENCH" --servers="$servers" --token_file="$OUT/token" \
       --workers="$W" --worker_processes --sizes="$((B / 1024))K" $OURS_FLAG \
       --seconds_per_case="$SECONDS_PER_CASE" --out="$OUT/ours_r${r}_$c.md" >/dev/null
     c1=$(cpu_of "${pids[@]}")

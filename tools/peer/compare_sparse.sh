@@ -17,32 +17,8 @@ PS_BENCH=$1 PS_SERVER=$2 PEER=$3 ROUNDS=$4 SECONDS_PER_CASE=$5
 OUT=$(mkdir -p "$6" && cd "$6" && pwd)
 SHARDS_LIST=${7:-1 2} DIMS=${8:-16 64} WORKERS=${9:-1 2 3 4}
 HERE=$(cd "$(dirname "$0")" && pwd)
-umask 077
-head -c 24 /dev/urandom | base64 >"$OUT/token"
-pids=()
-stop_servers() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_servers EXIT
-# Starts $1 ps_server processes and sets `servers` to their addresses (not
-# in a command substitution: its subshell would keep the pids from
-# stop_servers, and the servers would outlive the script).
-start_servers() {
-  local i addrs=()
-  for ((i = 0; i < $1; i++)); do
-    rm -f "$OUT/port$i"
-    "$PS_SERVER" --port=0 --port_file="$OUT/port$i" --token_file="$OUT/token" \
-      >>"$OUT/ps_server$i.log" 2>&1 &
-    pids+=($!)
-  done
-  for ((i = 0; i < $1; i++)); do
-    for _ in $(seq 200); do [[ -s $OUT/port$i ]] && break; sleep 0.1; done
-    addrs+=("127.0.0.1:$(tr -d '[:space:]' <"$OUT/port$i")")
-  done
-  servers=$(IFS=,; echo "${addrs[*]}")
-}
+# start_servers, stop_servers, OUT/token.
+source "$HERE/ps_servers.sh"
 for ((r = 1; r <= ROUNDS; r++)); do
   for shards in $SHARDS_LIST; do
     for dim in $DIMS; do
