@@ -25,12 +25,17 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/spec/config.h"
 #include "common/spec/initializer.h"
 #include "common/spec/model.h"
 #include "kernels/cpu_backend.h"
 #include "server/shard/optimizer.h"
+#include "worker/data/batch.h"
 #include "worker/data/dataset.h"
+#include "worker/data/idx_batch_reader.h"
 #include "worker/model/layer_model.h"
 
 ABSL_FLAG(std::string, config, "configs/fashion_mnist_cnn_bsp.pbtxt",
@@ -57,23 +62,15 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Examples `ids` of `d` as a batch.
-worker::Batch Gather(const worker::Dataset& d, const std::vector<int64_t>& ids,
-                     size_t begin, int n) {
-  worker::Batch b;
-  b.size = n;
-  b.example_size = d.example_size();
-  b.buffer = worker::HeapHostBuffer(
-      n * (d.example_size() * sizeof(float) + sizeof(int32_t)));
-  float* x = static_cast<float*>(b.buffer.data());
-  int32_t* y = reinterpret_cast<int32_t*>(x + n * d.example_size());
-  for (int i = 0; i < n; ++i) {
-    const int64_t e = ids[begin + i];
-    std::copy_n(d.images.begin() + e * d.example_size(), d.example_size(),
-                x + i * d.example_size());
-    y[i] = d.labels[e];
+// Examples ids[begin, begin + n) of `d` as a batch.
+absl::StatusOr<worker::data::Batch> Gather(const worker::Dataset& d,
+                                           const std::vector<int64_t>& ids,
+                                           size_t begin, int n) {
+  if (n < 0 || begin + n > ids.size()) {
+    return absl::InvalidArgumentError("examples outside the id list");
   }
-  return b;
+  return worker::data::IdxBatch(d, absl::MakeConstSpan(ids).subspan(begin, n),
+                                static_cast<int64_t>(begin));
 }
 
 int Run() {
@@ -132,8 +129,10 @@ int Run() {
   int64_t global_step = 0;
   // The CPU backend's buffers are host memory: the optimizer updates them
   // in place.
-  auto step = [&](const worker::Batch& b) -> absl::StatusOr<float> {
-    absl::StatusOr<float> loss = m->TrainStep(b, {});
+  auto step = [&](const absl::StatusOr<worker::data::Batch>& b)
+      -> absl::StatusOr<float> {
+    if (!b.ok()) return b.status();
+    absl::StatusOr<float> loss = m->TrainStep(*b, {});
     if (!loss.ok()) return loss;
     const float lr = (*optimizer)->LearningRate(global_step++);
     for (int i = 0; i < m->num_parameters(); ++i) {
@@ -157,7 +156,7 @@ int Run() {
   std::mt19937_64 rng(spec->data().shuffle_seed());
   if (absl::GetFlag(FLAGS_epochs) == 0) {
     const int steps = absl::GetFlag(FLAGS_steps);
-    std::vector<worker::Batch> batches;
+    std::vector<absl::StatusOr<worker::data::Batch>> batches;
     for (int i = 0; i < 4; ++i) {
       batches.push_back(Gather(**train, ids, i * batch, batch));
     }
@@ -194,9 +193,14 @@ int Run() {
       loss_sum += *loss;
     }
     int64_t correct = 0;
+    std::vector<int64_t> test_ids((*test)->num_examples);
+    std::iota(test_ids.begin(), test_ids.end(), 0);
     for (int64_t b = 0; b < (*test)->num_examples; b += 1000) {
-      auto e = m->Evaluate(**test, b,
-                           std::min<int64_t>(1000, (*test)->num_examples - b));
+      absl::StatusOr<worker::data::Batch> batch = Gather(
+          **test, test_ids, static_cast<size_t>(b),
+          static_cast<int>(std::min<int64_t>(1000, (*test)->num_examples - b)));
+      if (!batch.ok()) return 1;
+      auto e = m->Evaluate(*batch);
       if (!e.ok()) return 1;
       correct += e->correct;
     }

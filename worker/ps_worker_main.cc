@@ -465,7 +465,7 @@ absl::Status TrainJob(WorkerProcess& w, const WorkerAssignment& job,
   const std::string dir = absl::GetFlag(FLAGS_data_root).empty()
                               ? job.spec().data().path()
                               : absl::GetFlag(FLAGS_data_root);
-  // Text formats stream their files in Train (worker/loop/data_trainer.h).
+  // Text formats stream their files in Train (worker/loop/training_data.h).
   if (job.spec().data().format() == DataSpec::IDX) {
     PS_RETURN_IF_ERROR(
         w.data.Get(dir, !job.spec().data().no_normalize(), &train, &test));

@@ -45,7 +45,7 @@ struct DatasetOptions {
 };
 
 // Plain data; immutable once loaded, so it may be shared between threads
-// (the prefetcher and the evaluator hold it by shared_ptr<const Dataset>).
+// (its readers and the evaluator hold it by shared_ptr<const Dataset>).
 // Invariants: images.size() == num_examples * example_size(),
 // labels.size() == num_examples, every label in [0, num_classes).
 struct Dataset {

@@ -104,4 +104,13 @@ absl::StatusOr<std::unique_ptr<BatchReader>> OpenIdxBatchReader(
       std::move(dataset), *std::move(order), shard.start_example));
 }
 
+absl::StatusOr<std::unique_ptr<BatchReader>> OpenIdxBatchReaderInOrder(
+    std::shared_ptr<const Dataset> dataset) {
+  if (dataset == nullptr) return absl::InvalidArgumentError("no dataset");
+  std::vector<int64_t> order(static_cast<size_t>(dataset->num_examples));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  return std::unique_ptr<BatchReader>(std::make_unique<IdxBatchReader>(
+      std::move(dataset), std::move(order), 0));
+}
+
 }  // namespace ps::worker::data

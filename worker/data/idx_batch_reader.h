@@ -34,6 +34,11 @@ absl::StatusOr<std::unique_ptr<BatchReader>> OpenIdxBatchReader(
     std::shared_ptr<const Dataset> dataset, uint64_t seed,
     const ShardSpec& shard);
 
+// Every example of `dataset` in its order (a test set), as one shard.
+// INVALID_ARGUMENT for a null dataset.
+absl::StatusOr<std::unique_ptr<BatchReader>> OpenIdxBatchReaderInOrder(
+    std::shared_ptr<const Dataset> dataset);
+
 }  // namespace ps::worker::data
 
 #endif  // PS_WORKER_DATA_IDX_BATCH_READER_H_

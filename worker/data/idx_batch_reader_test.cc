@@ -99,5 +99,32 @@ TEST(IdxBatchReader, Errors) {
   EXPECT_TRUE(absl::IsInvalidArgument((*reader)->Next(0).status()));
 }
 
+// A test set is read whole in its own order (the evaluator's), every time
+// it is opened.
+TEST(IdxBatchReader, InOrderReadsEveryExampleInTheDatasetsOrder) {
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(OpenIdxBatchReaderInOrder(nullptr).status()));
+  for (int pass = 0; pass < 2; ++pass) {
+    absl::StatusOr<std::unique_ptr<BatchReader>> reader =
+        OpenIdxBatchReaderInOrder(SmallDataset());
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::vector<int32_t> labels;
+    std::vector<int64_t> firsts;
+    for (;;) {
+      absl::StatusOr<Batch> b = (*reader)->Next(4);
+      ASSERT_TRUE(b.ok()) << b.status();
+      if (b->size == 0) break;
+      firsts.push_back(b->first_example);
+      for (int e = 0; e < b->size; ++e) {
+        EXPECT_EQ(b->dense[e * 6], static_cast<float>(b->first_example + e));
+        labels.push_back(b->classes[e]);
+      }
+    }
+    EXPECT_THAT(firsts, ElementsAre(0, 4, 8));
+    EXPECT_THAT(labels, ElementsAre(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2));
+    EXPECT_EQ((*reader)->position(), 11);
+  }
+}
+
 }  // namespace
 }  // namespace ps::worker::data

@@ -3,31 +3,65 @@
 #include <algorithm>
 #include <cstdio>
 #include <utility>
+#include <vector>
 
 #include "common/platform/status.h"
 
 namespace ps::worker {
 
-absl::StatusOr<TestScore> ScoreOnTestSet(TrainableModel* model,
-                                         const Dataset& test, int64_t n) {
+absl::StatusOr<TestScore> ScoreOnTestData(TrainableModel& model,
+                                          client::ParameterAccess* params,
+                                          const TestReaderOpener& open,
+                                          int64_t clock, int64_t max_examples) {
   constexpr int64_t kEvalBatch = 1000;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<data::BatchReader> reader, open());
+  const bool sparse = !model.sparse_tables().empty();
   double loss_sum = 0;
-  int64_t correct = 0;
   ModelEvaluation all;
-  for (int64_t begin = 0; begin < n; begin += kEvalBatch) {
-    const int64_t len = std::min(kEvalBatch, n - begin);
-    PS_ASSIGN_OR_RETURN(const ModelEvaluation e,
-                        model->Evaluate(test, begin, len));
-    loss_sum += e.loss * e.examples;
-    correct += e.correct;
+  std::vector<std::vector<float>> rows;
+  while (max_examples <= 0 || all.examples < max_examples) {
+    const int want = static_cast<int>(
+        max_examples <= 0 ? kEvalBatch
+                          : std::min(kEvalBatch, max_examples - all.examples));
+    PS_ASSIGN_OR_RETURN(const data::Batch batch, reader->Next(want));
+    if (batch.size == 0) break;
+    if (sparse) {
+      // Every table's rows in one call.
+      PS_ASSIGN_OR_RETURN(const std::vector<std::vector<uint64_t>> keys,
+                          model.PrepareSparse(batch));
+      rows.resize(keys.size());
+      client::PullArgs pull;
+      pull.clock = clock;
+      for (size_t t = 0; t < keys.size(); ++t) {
+        rows[t].resize(keys[t].size() *
+                       static_cast<size_t>(model.sparse_tables()[t].dim));
+        pull.rows.push_back(
+            {static_cast<int>(t), keys[t], absl::MakeSpan(rows[t])});
+      }
+      if (params == nullptr) {
+        return absl::InvalidArgumentError(
+            "a model with sparse tables needs a parameter access");
+      }
+      PS_RETURN_IF_ERROR(params->Pull(std::move(pull)).Wait().status());
+      for (size_t t = 0; t < keys.size(); ++t) {
+        PS_RETURN_IF_ERROR(model.SetSparseRows(static_cast<int>(t), rows[t]));
+      }
+    }
+    PS_ASSIGN_OR_RETURN(const ModelEvaluation e, model.Evaluate(batch));
+    loss_sum += static_cast<double>(e.loss) * e.examples;
+    all.correct += e.correct;
+    all.examples += e.examples;
     all.head = e.head;
     all.auc.Merge(e.auc);
     all.log_loss.Merge(e.log_loss);
     all.rmse.Merge(e.rmse);
   }
+  if (all.examples == 0) {
+    return absl::FailedPreconditionError("no test example");
+  }
   TestScore score;
-  score.accuracy = static_cast<double>(correct) / n;
-  score.loss = loss_sum / n;
+  score.accuracy = static_cast<double>(all.correct) / all.examples;
+  score.loss = loss_sum / all.examples;
   score.head = all.head;
   score.auc = all.auc.Value();
   score.log_loss = all.log_loss.Value();
@@ -66,15 +100,13 @@ void ReportTestScore(const TestScore& score, const MetricStamp& stamp,
   sink(std::move(points), false);
 }
 
-TestScorer IdxTestScorer(std::shared_ptr<const Dataset> test,
-                         int64_t eval_examples) {
-  if (test == nullptr) return nullptr;
-  return [test = std::move(test), eval_examples](
-             TrainableModel* model, int64_t) -> absl::StatusOr<TestScore> {
-    const int64_t n = eval_examples > 0
-                          ? std::min<int64_t>(eval_examples, test->num_examples)
-                          : test->num_examples;
-    return ScoreOnTestSet(model, *test, n);
+TestScorer TestDataScorer(TestReaderOpener open,
+                          client::ParameterAccess* params,
+                          int64_t max_examples) {
+  if (open == nullptr) return nullptr;
+  return [open = std::move(open), params, max_examples](TrainableModel* model,
+                                                        int64_t step) {
+    return ScoreOnTestData(*model, params, open, step, max_examples);
   };
 }
 

@@ -1,8 +1,8 @@
-// Test-set evaluation during training, for both loops: when it is due
-// (every eval_every steps), on the worker that holds the evaluator role at
-// that moment, by the loop's scorer (the first eval_examples of the IDX
-// test set, or of the test files: worker/loop/data_trainer.h); reports the
-// metrics the model's head implies.
+// Test-set evaluation during training: when it is due (every eval_every
+// steps), on the worker that holds the evaluator role at that moment, by
+// the loop's scorer (the first eval_examples of the test data: the IDX test
+// set or the test files, worker/loop/training_data.h); reports the metrics
+// the model's head implies.
 #ifndef PS_WORKER_LOOP_EVALUATOR_H_
 #define PS_WORKER_LOOP_EVALUATOR_H_
 
@@ -13,7 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/data/dataset.h"
+#include "worker/client/parameter_access.h"
+#include "worker/data/batch_reader.h"
 #include "worker/loop/metric_window.h"
 #include "worker/model/trainable_model.h"
 
@@ -30,10 +31,19 @@ struct TestScore {
   double rmse = 0;
 };
 
-// `model` over the first `n` examples of `test` (n <= test.num_examples, at
-// least 1), in batches of 1000. The model's errors.
-absl::StatusOr<TestScore> ScoreOnTestSet(TrainableModel* model,
-                                         const Dataset& test, int64_t n);
+// Opens the test data, read in the same order every time.
+using TestReaderOpener =
+    std::function<absl::StatusOr<std::unique_ptr<data::BatchReader>>()>;
+
+// `model` on the first `max_examples` (0: all) examples `open` reads, in
+// batches of 1000, on the dense weights the model holds and, for a model
+// with sparse tables, each batch's rows pulled from `params` at `clock`
+// (params may be null for a model without). The reader's, the model's and
+// the pulls' errors; FAILED_PRECONDITION for no test example.
+absl::StatusOr<TestScore> ScoreOnTestData(TrainableModel& model,
+                                          client::ParameterAccess* params,
+                                          const TestReaderOpener& open,
+                                          int64_t clock, int64_t max_examples);
 
 // Sends `score` stamped `step` as the metrics its head implies
 // (test_auc, test_logloss, test_accuracy and test_loss for a sigmoid head;
@@ -43,15 +53,15 @@ absl::StatusOr<TestScore> ScoreOnTestSet(TrainableModel* model,
 void ReportTestScore(const TestScore& score, const MetricStamp& stamp,
                      const MetricSink& sink, int64_t step, bool final_model);
 
-// Scores the model on the weights of step `step` (the scorer may pull
-// them itself).
+// Scores the model, which holds the weights of step `step`.
 using TestScorer = std::function<absl::StatusOr<TestScore>(
     TrainableModel* model, int64_t step)>;
 
-// The scorer of an IDX test set: the first `eval_examples` examples of
-// `test` (0: all); null for a null `test` (nothing to evaluate).
-TestScorer IdxTestScorer(std::shared_ptr<const Dataset> test,
-                         int64_t eval_examples);
+// ScoreOnTestData as a scorer (not owning `params`); null for a null
+// `open` (nothing to evaluate).
+TestScorer TestDataScorer(TestReaderOpener open,
+                          client::ParameterAccess* params,
+                          int64_t max_examples);
 
 struct EvaluatorOptions {
   int64_t eval_every_steps = 1;  // at least 1

@@ -10,12 +10,18 @@
 #include <vector>
 
 #include "common/platform/fake_clock.h"
+#include "google/protobuf/text_format.h"
+#include "kernels/cpu_backend.h"
+#include "worker/client/local_parameter_access.h"
+#include "worker/model/layer_model.h"
+#include "worker/model/model_test_util.h"
 
 namespace ps::worker {
 namespace {
 
-// A model that only evaluates: examples [begin, begin + count) score
-// correct = count / 2 and loss = 1 + begin / 1000. Records the ranges.
+// A model that only evaluates: a batch of examples [begin, begin + count)
+// (Batch::first_example, size) scores correct = count / 2 and loss = 1 +
+// begin / 1000. Records the ranges.
 class ScriptedModel : public TrainableModel {
  public:
   const std::vector<ParameterInfo>& parameters() const override {
@@ -37,12 +43,25 @@ class ScriptedModel : public TrainableModel {
   absl::Status SwapGradientBuffer(int, kernels::DeviceBuffer&) override {
     return absl::UnimplementedError("evaluation only");
   }
-  absl::StatusOr<float> TrainStep(const Batch&,
+  const std::vector<SparseTableInfo>& sparse_tables() const override {
+    return no_tables_;
+  }
+  absl::StatusOr<std::vector<std::vector<uint64_t>>> PrepareSparse(
+      const data::Batch&) override {
+    return std::vector<std::vector<uint64_t>>();
+  }
+  absl::Status SetSparseRows(int, absl::Span<const float>) override {
+    return absl::UnimplementedError("no tables");
+  }
+  absl::Status GetSparseGradient(int, absl::Span<float>) override {
+    return absl::UnimplementedError("no tables");
+  }
+  absl::StatusOr<float> TrainStep(const data::Batch&,
                                   const ModelStepHooks&) override {
     return absl::UnimplementedError("evaluation only");
   }
-  absl::StatusOr<ModelEvaluation> Evaluate(const Dataset&, int64_t begin,
-                                           int64_t count) override {
+  absl::StatusOr<ModelEvaluation> Evaluate(const data::Batch& b) override {
+    const int64_t begin = b.first_example, count = b.size;
     ranges.push_back({begin, begin + count});
     if (!status.ok()) return status;
     ModelEvaluation e;
@@ -68,12 +87,36 @@ class ScriptedModel : public TrainableModel {
 
  private:
   std::vector<ParameterInfo> none_;
+  std::vector<SparseTableInfo> no_tables_;
 };
 
-std::shared_ptr<const Dataset> TestSet(int64_t n) {
-  auto d = std::make_shared<Dataset>();
-  d->num_examples = n;  // the scripted model reads no examples
-  return d;
+// `n` test examples: ratings 2 of item e by user e (batches as asked,
+// numbered by first_example; the scripted model reads no more than that).
+class RatingsReader : public data::BatchReader {
+ public:
+  explicit RatingsReader(int64_t n) : BatchReader({}), n_(n) {}
+  absl::StatusOr<data::Batch> Next(int max_examples) override {
+    const int64_t size = std::min<int64_t>(max_examples, n_ - at_);
+    std::vector<uint64_t> ids;
+    for (int64_t e = 0; e < size; ++e) ids.push_back(at_ + e);
+    data::Batch b =
+        model::MfBatch(ids, ids, std::vector<float>(ids.size(), 2.0f));
+    b.first_example = at_;
+    at_ += size;
+    return b;
+  }
+  int64_t position() const override { return at_; }
+  data::ReaderStats stats() const override { return {}; }
+
+ private:
+  const int64_t n_;
+  int64_t at_ = 0;
+};
+
+TestReaderOpener TestSet(int64_t n) {
+  return [n]() -> absl::StatusOr<std::unique_ptr<data::BatchReader>> {
+    return std::make_unique<RatingsReader>(n);
+  };
 }
 
 // The test_* points sent, by name, with their steps.
@@ -88,13 +131,13 @@ struct Sent {
 
 class EvaluatorTest : public testing::Test {
  protected:
-  Evaluator Make(std::shared_ptr<const Dataset> test, int64_t every,
-                 int64_t examples, int64_t start_clock) {
+  Evaluator Make(TestReaderOpener test, int64_t every, int64_t examples,
+                 int64_t start_clock) {
     EvaluatorOptions o;
     o.eval_every_steps = every;
     o.is_evaluator = [this] { return evaluator_; };
-    return Evaluator(IdxTestScorer(std::move(test), examples), &stamp_,
-                     sent_.Sink(), o, start_clock);
+    return Evaluator(TestDataScorer(std::move(test), nullptr, examples),
+                     &stamp_, sent_.Sink(), o, start_clock);
   }
   FakeClock clock_;
   MetricStamp stamp_{&clock_, 100};
@@ -276,6 +319,46 @@ TEST(EvaluatorScorer, ScoresWithTheLoopsScorer) {
   EXPECT_FALSE(none.scores());
   EXPECT_TRUE(none.Evaluate(nullptr, 5, true).ok());
   EXPECT_EQ(asked.size(), 1u);
+}
+
+// A model with sparse tables is scored on each test batch's rows, pulled
+// at the step in one call per batch: with every row zero the MF model
+// predicts 0 for a rating of 2.
+TEST(ScoreOnTestData, PullsEachBatchsRowsAtTheStep) {
+  std::unique_ptr<kernels::Backend> backend = *kernels::CreateCpuBackend({});
+  ModelSpec spec;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(model::kMfModelSpec,
+                                                            &spec));
+  absl::StatusOr<std::unique_ptr<TrainableModel>> m =
+      model::CreateLayerModel(spec, 0, backend.get());
+  ASSERT_TRUE(m.ok()) << m.status();
+  client::LocalParameterAccess params(
+      {},
+      {{.name = "users", .dim = 4, .init_scale = 0.0f},
+       {.name = "items", .dim = 4, .init_scale = 0.0f}},
+      /*learning_rate=*/0.1f, /*seed=*/1);
+  const TestReaderOpener open =
+      []() -> absl::StatusOr<std::unique_ptr<data::BatchReader>> {
+    return std::make_unique<RatingsReader>(2300);
+  };
+  absl::StatusOr<TestScore> s = ScoreOnTestData(**m, &params, open, 3, 0);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->head, HeadSpec::MEAN_SQUARED_ERROR);
+  EXPECT_NEAR(s->rmse, 2.0, 1e-6);
+  EXPECT_EQ(params.row_pulls(), 3);  // batches of 1000, 1000 and 300
+  // Capped at 1500 examples: two batches.
+  s = ScoreOnTestData(**m, &params, open, 3, 1500);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(params.row_pulls(), 5);
+  // Its rows need an access; no test example is an error.
+  EXPECT_EQ(ScoreOnTestData(**m, nullptr, open, 3, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const TestReaderOpener empty =
+      []() -> absl::StatusOr<std::unique_ptr<data::BatchReader>> {
+    return std::make_unique<RatingsReader>(0);
+  };
+  EXPECT_EQ(ScoreOnTestData(**m, &params, empty, 3, 0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

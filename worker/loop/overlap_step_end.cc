@@ -45,18 +45,24 @@ absl::StatusOr<client::CallResult> OverlapStepEnd::TakeArrivedWeights() {
   return end;
 }
 
-absl::StatusOr<OverlapStepEnd::Ended> OverlapStepEnd::EndStep(int64_t clock,
-                                                              int64_t version,
-                                                              bool last) {
+absl::StatusOr<OverlapStepEnd::Ended> OverlapStepEnd::Drain() {
   Ended ended;
-  if (in_flight_.has_value()) {
-    PS_ASSIGN_OR_RETURN(const client::CallResult end, TakeArrivedWeights());
-    ended.staleness += static_cast<double>(end.staleness);
-    ended.staleness_ends++;
-    ended.next_version = end.version;
-  } else {
-    ended.next_version = version;  // the first step: the same weights
-  }
+  ended.next_version = -1;
+  if (!in_flight_.has_value()) return ended;
+  PS_ASSIGN_OR_RETURN(const client::CallResult end, TakeArrivedWeights());
+  ended.staleness = static_cast<double>(end.staleness);
+  ended.staleness_ends = 1;
+  ended.next_version = end.version;
+  return ended;
+}
+
+absl::StatusOr<OverlapStepEnd::Ended> OverlapStepEnd::EndStep(
+    int64_t clock, int64_t version, bool last,
+    std::vector<client::SparsePush> rows,
+    std::vector<client::SparsePull> next_rows) {
+  PS_ASSIGN_OR_RETURN(Ended ended, Drain());
+  // The first step (or the first after a Drain): the same weights.
+  if (ended.next_version < 0) ended.next_version = version;
   // This step's gradient goes out from the spare buffers (the previous
   // step's push, which read them, is over); the model backpropagates the
   // next step into the ones they held.
@@ -83,6 +89,8 @@ absl::StatusOr<OverlapStepEnd::Ended> OverlapStepEnd::EndStep(int64_t clock,
   end.clock = clock;
   end.base_version = version;
   end.dense = client::WholeTensors(grads);
+  end.rows = std::move(rows);
+  end.next_rows = std::move(next_rows);
   // The gradients travel with the end of step; the last one is waited for.
   if (!last) {
     end.next_weights = std::move(next);

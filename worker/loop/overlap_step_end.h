@@ -44,8 +44,17 @@ class OverlapStepEnd {
   // step computes on, then sends this step's gradients and asks for the
   // next weights without waiting, or, for the `last` step, sends them and
   // ends the step before returning. After the first step the next step
-  // computes on the same weights.
-  absl::StatusOr<Ended> EndStep(int64_t clock, int64_t version, bool last);
+  // computes on the same weights. `rows` (the step's row gradients) and
+  // `next_rows` (rows it asks back) travel with it; their buffers must stay
+  // valid until the next EndStep or Drain returns.
+  absl::StatusOr<Ended> EndStep(int64_t clock, int64_t version, bool last,
+                                std::vector<client::SparsePush> rows = {},
+                                std::vector<client::SparsePull> next_rows = {});
+
+  // Waits for the step end on its way, if any: its weights become the
+  // model's (or the staging copies'), as the next EndStep would take them.
+  // Nothing on its way: next_version -1.
+  absl::StatusOr<Ended> Drain();
 
  private:
   OverlapStepEnd(TrainableModel* model, ParameterStaging* staging,

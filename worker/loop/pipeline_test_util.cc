@@ -45,18 +45,16 @@ double GradientSum(TrainableModel* model, int index) {
   return sum;
 }
 
-Batch TinyBatch(int size, int seed) {
-  const size_t bytes = size * (kTinyInput * sizeof(float) + sizeof(int32_t));
-  Batch b;
+data::Batch TinyBatch(int size, int seed) {
+  data::Batch b;
   b.size = size;
-  b.example_size = kTinyInput;
-  b.buffer = HeapHostBuffer(bytes);
-  float* x = static_cast<float*>(b.buffer.data());
+  b.dense_dim = kTinyInput;
+  b.dense.resize(static_cast<size_t>(size) * kTinyInput);
   for (int i = 0; i < size * kTinyInput; ++i) {
-    x[i] = 0.25f * static_cast<float>((i * 5 + seed * 3) % 9) - 1.0f;
+    b.dense[i] = 0.25f * static_cast<float>((i * 5 + seed * 3) % 9) - 1.0f;
   }
-  int32_t* y = reinterpret_cast<int32_t*>(x + size * kTinyInput);
-  for (int i = 0; i < size; ++i) y[i] = (i + seed) % 2;
+  b.label_kind = data::LabelKind::kClass;
+  for (int i = 0; i < size; ++i) b.classes.push_back((i + seed) % 2);
   return b;
 }
 

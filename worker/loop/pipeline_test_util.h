@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "worker/client/parameter_access.h"
-#include "worker/data/batch_prefetcher.h"
+#include "worker/data/batch.h"
 #include "worker/model/trainable_model.h"
 
 namespace ps::worker {
@@ -34,7 +34,7 @@ double GradientSum(TrainableModel* model, int index);
 
 // `size` examples of kTinyInput values, varying with `seed`, labels in
 // {0, 1}.
-Batch TinyBatch(int size, int seed);
+data::Batch TinyBatch(int size, int seed);
 
 // Tensors shaped like the model's, and the three calls of
 // client::ParameterAccess over them, logged:

@@ -51,7 +51,7 @@ struct DataShape {
   int64_t total_steps = 0;
 };
 
-// A worker's plan while it trains, for both loops: read again (from
+// A worker's plan while it trains: read again (from
 // `current`, when set) by End(), before every step, since it may grow (a
 // survivor takes on a leaver's batches) or shrink (a rejoining worker takes
 // its data shard back). Not thread-safe.

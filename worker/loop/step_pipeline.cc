@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/platform/status.h"
 
 namespace ps::worker {
@@ -54,7 +55,19 @@ StepPipeline::StepPipeline(TrainableModel* model,
       params_(params),
       options_(std::move(options)),
       staging_(model, direct),
-      clock_(options_.start_clock) {}
+      clock_(options_.start_clock),
+      sparse_(!model->sparse_tables().empty()) {
+  const size_t tables = model->sparse_tables().size();
+  for (auto* v : {&row_grads_[0], &row_grads_[1], &pulled_rows_, &arrived_.rows,
+                  &later_.rows, &flight_[0].rows, &flight_[1].rows}) {
+    v->resize(tables);
+  }
+}
+
+int StepPipeline::lookahead() const {
+  if (!sparse_) return 0;
+  return options_.overlap ? 2 : 1;
+}
 
 absl::StatusOr<std::unique_ptr<StepPipeline>> StepPipeline::Create(
     TrainableModel* model, kernels::Backend* backend,
@@ -109,6 +122,7 @@ absl::Status StepPipeline::Join() {
 }
 
 bool StepPipeline::Arrived(const client::CallResult& end) {
+  RowsArrived(clock_ - 1);
   seen_.staleness += static_cast<double>(end.staleness);
   seen_.staleness_ends++;
   version_ = end.version;
@@ -119,27 +133,38 @@ absl::StatusOr<bool> StepPipeline::AwaitIncoming() {
   client::Handle in = *std::move(incoming_);
   incoming_.reset();
   absl::StatusOr<client::CallResult> end = in.Wait();
-  if (!end.ok()) return end.status();
+  if (!end.ok()) {
+    Forget();
+    return end.status();
+  }
   return Arrived(*end);
 }
 
 absl::StatusOr<bool> StepPipeline::Pull(bool all_weights) {
   version_ = 0;
-  if (incoming_.has_value() && all_weights) {
+  // A sparse model's rows come with the end on its way, whole.
+  bool have = false;
+  if (incoming_.has_value() && (all_weights || sparse_)) {
     PS_ASSIGN_OR_RETURN(const bool more, AwaitIncoming());
     if (!more) return false;
-    PS_RETURN_IF_ERROR(staging_.LoadAll());
+    have = true;
+  }
+  // The evaluation that follows uses the access for its rows.
+  if (overlap_ != nullptr && all_weights && sparse_) {
+    PS_RETURN_IF_ERROR(DrainOverlap());
   }
   arriving_ = incoming_.has_value();
   // Arriving: awaited part by part in Compute().
   if (arriving_) return true;
-  if (prefetched_) {
-    version_ = prefetched_version_;
-    prefetched_ = false;
-  } else {
-    PS_ASSIGN_OR_RETURN(version_, PullInto(staging_.Weights()));
+  if (!have) {
+    if (prefetched_) {
+      version_ = prefetched_version_;
+      prefetched_ = false;
+    } else {
+      PS_ASSIGN_OR_RETURN(version_, PullInto(staging_.Weights()));
+    }
+    if (!CatchUp()) return false;
   }
-  if (!CatchUp()) return false;
   PS_RETURN_IF_ERROR(staging_.LoadAll());
   return true;
 }
@@ -185,8 +210,10 @@ void StepPipeline::PushPart(int index, int64_t begin, int64_t end,
   *status = params_->Push(std::move(push));
 }
 
-absl::StatusOr<std::optional<float>> StepPipeline::Compute(const Batch& batch) {
+absl::StatusOr<std::optional<float>> StepPipeline::Compute(
+    const data::Batch& batch) {
   const absl::Time start = options_.clock->Now();
+  if (sparse_) PS_RETURN_IF_ERROR(LoadRows(batch));
   const bool slowed = options_.slowdown.slowed();
   absl::Status push_status;
   struct Part {
@@ -224,16 +251,47 @@ absl::StatusOr<std::optional<float>> StepPipeline::Compute(const Batch& batch) {
   return *loss;
 }
 
-absl::Status StepPipeline::EndStep() {
+absl::Status StepPipeline::EndStep(const data::Batch* ahead) {
   const bool last = clock_ + 1 >= total_steps_;
+  std::vector<client::SparsePush> rows;
+  std::vector<client::SparsePull> next_rows;
+  if (sparse_) {
+    if (absl::Status s = TakeRows(ahead, last, &rows, &next_rows); !s.ok()) {
+      Forget();
+      return s;
+    }
+  }
   if (overlap_ != nullptr) {
-    PS_ASSIGN_OR_RETURN(const OverlapStepEnd::Ended ended,
-                        overlap_->EndStep(clock_, version_, last));
-    seen_.staleness += ended.staleness;
-    seen_.staleness_ends += ended.staleness_ends;
-    prefetched_version_ = ended.next_version;
+    absl::StatusOr<OverlapStepEnd::Ended> ended = overlap_->EndStep(
+        clock_, version_, last, std::move(rows), std::move(next_rows));
+    if (!ended.ok()) {
+      // Nothing may touch the buffers once the error is out.
+      params_->CancelCalls();
+      Forget();
+      return ended.status();
+    }
+    // The end before this one is over (waited for inside).
+    if (overlap_end_clock_ >= 0) RowsArrived(overlap_end_clock_);
+    overlap_end_clock_ = last ? -1 : clock_;
+    seen_.staleness += ended->staleness;
+    seen_.staleness_ends += ended->staleness_ends;
+    prefetched_version_ = ended->next_version;
     prefetched_ = !last;
     return absl::OkStatus();
+  }
+  if (!rows.empty() || !next_rows.empty()) {
+    // The rows go first; their answers bring the rows ahead.
+    client::StepArgs push;
+    push.clock = clock_;
+    push.base_version = version_;
+    push.rows = std::move(rows);
+    push.next_rows = std::move(next_rows);
+    if (!last) push.next_weights = staging_.Weights();
+    if (absl::Status s = params_->Push(std::move(push)); !s.ok()) {
+      params_->CancelCalls();
+      Forget();
+      return s;
+    }
   }
   client::StepArgs end;
   end.clock = clock_;
@@ -244,11 +302,129 @@ absl::Status StepPipeline::EndStep() {
     incoming_ = params_->EndStep(std::move(end));
     return absl::OkStatus();
   }
-  PS_ASSIGN_OR_RETURN(const client::CallResult ended,
-                      params_->EndStep(std::move(end)).Wait());
-  seen_.staleness += static_cast<double>(ended.staleness);
+  absl::StatusOr<client::CallResult> ended =
+      params_->EndStep(std::move(end)).Wait();
+  if (!ended.ok()) {
+    Forget();
+    return ended.status();
+  }
+  seen_.staleness += static_cast<double>(ended->staleness);
   seen_.staleness_ends++;
   return absl::OkStatus();
+}
+
+void StepPipeline::Size(std::vector<std::vector<float>>& rows,
+                        const std::vector<std::vector<uint64_t>>& keys) const {
+  const std::vector<SparseTableInfo>& tables = model_->sparse_tables();
+  for (size_t t = 0; t < keys.size(); ++t) {
+    rows[t].resize(keys[t].size() * static_cast<size_t>(tables[t].dim));
+  }
+}
+
+absl::Status StepPipeline::LoadRows(const data::Batch& batch) {
+  std::vector<std::vector<uint64_t>>& keys = keys_[clock_ & 1];
+  PS_ASSIGN_OR_RETURN(keys, model_->PrepareSparse(batch));
+  if (keys.size() != model_->sparse_tables().size()) {
+    return absl::InternalError(absl::StrCat("the model named the keys of ",
+                                            keys.size(), " tables; it reads ",
+                                            model_->sparse_tables().size()));
+  }
+  // What arrived for this step is used once; rows a Drain brought for the
+  // step after are next.
+  const bool have = arrived_.clock == clock_ && arrived_.keys == keys;
+  if (have) {
+    for (size_t t = 0; t < keys.size(); ++t) {
+      PS_RETURN_IF_ERROR(
+          model_->SetSparseRows(static_cast<int>(t), arrived_.rows[t]));
+    }
+  }
+  arrived_.clock = -1;
+  if (later_.clock > clock_) std::swap(arrived_, later_);
+  later_.clock = -1;
+  if (have) return absl::OkStatus();
+  // Every table's rows in one call (the shards asked in parallel).
+  Size(pulled_rows_, keys);
+  client::PullArgs pull;
+  pull.clock = clock_;
+  for (size_t t = 0; t < keys.size(); ++t) {
+    pull.rows.push_back(
+        {static_cast<int>(t), keys[t], absl::MakeSpan(pulled_rows_[t])});
+  }
+  const absl::Time w0 = options_.clock->Now();
+  absl::Status s = params_->Pull(std::move(pull)).Wait().status();
+  seen_.awaited += options_.clock->Now() - w0;
+  PS_RETURN_IF_ERROR(s);
+  for (size_t t = 0; t < keys.size(); ++t) {
+    PS_RETURN_IF_ERROR(
+        model_->SetSparseRows(static_cast<int>(t), pulled_rows_[t]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepPipeline::TakeRows(const data::Batch* ahead, bool last,
+                                    std::vector<client::SparsePush>* pushes,
+                                    std::vector<client::SparsePull>* pulls) {
+  const int parity = static_cast<int>(clock_ & 1);
+  const std::vector<std::vector<uint64_t>>& keys = keys_[parity];
+  std::vector<std::vector<float>>& grads = row_grads_[parity];
+  Size(grads, keys);
+  for (size_t t = 0; t < keys.size(); ++t) {
+    PS_RETURN_IF_ERROR(model_->GetSparseGradient(static_cast<int>(t),
+                                                 absl::MakeSpan(grads[t])));
+    pushes->push_back({static_cast<int>(t), keys[t], grads[t]});
+  }
+  // The model's sparse inputs move on to the batch ahead (this step has
+  // read all it needs). One the model refuses is not asked for: its own
+  // step reports why.
+  Rows& flight = flight_[parity];
+  flight.clock = -1;
+  if (last || ahead == nullptr) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::vector<uint64_t>>> k =
+      model_->PrepareSparse(*ahead);
+  if (!k.ok() || k->size() != keys.size()) return absl::OkStatus();
+  flight.keys = *std::move(k);
+  flight.clock = clock_ + lookahead();
+  Size(flight.rows, flight.keys);
+  for (size_t t = 0; t < flight.keys.size(); ++t) {
+    pulls->push_back(
+        {static_cast<int>(t), flight.keys[t], absl::MakeSpan(flight.rows[t])});
+  }
+  return absl::OkStatus();
+}
+
+void StepPipeline::RowsArrived(int64_t clock) {
+  if (clock < 0) return;
+  Rows& flight = flight_[clock & 1];
+  if (flight.clock < 0) return;
+  std::swap(arrived_, flight);
+  flight.clock = -1;
+}
+
+absl::Status StepPipeline::DrainOverlap() {
+  absl::StatusOr<OverlapStepEnd::Ended> ended = overlap_->Drain();
+  if (!ended.ok()) {
+    params_->CancelCalls();
+    Forget();
+    return ended.status();
+  }
+  if (ended->next_version < 0) return absl::OkStatus();
+  seen_.staleness += ended->staleness;
+  seen_.staleness_ends += ended->staleness_ends;
+  // Its weights serve the next steps; the rows it brought are for the
+  // step after next.
+  prefetched_version_ = ended->next_version;
+  if (overlap_end_clock_ >= 0) {
+    Rows& flight = flight_[overlap_end_clock_ & 1];
+    std::swap(later_, flight);
+    flight.clock = -1;
+  }
+  overlap_end_clock_ = -1;
+  return staging_.LoadAll();
+}
+
+void StepPipeline::Forget() {
+  arrived_.clock = later_.clock = flight_[0].clock = flight_[1].clock = -1;
+  overlap_end_clock_ = -1;
 }
 
 StepObservations StepPipeline::TakeObservations() {
@@ -256,6 +432,7 @@ StepObservations StepPipeline::TakeObservations() {
 }
 
 absl::Status StepPipeline::Drain() {
+  if (overlap_ != nullptr) PS_RETURN_IF_ERROR(DrainOverlap());
   if (!incoming_.has_value()) return absl::OkStatus();
   PS_RETURN_IF_ERROR(incoming_->Wait().status());
   incoming_.reset();

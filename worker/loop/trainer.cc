@@ -1,103 +1,66 @@
 #include "worker/loop/trainer.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <list>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/platform/clock.h"
 #include "common/platform/status.h"
-#include "worker/data/batch_prefetcher.h"
-#include "worker/loop/data_trainer.h"
+#include "worker/data/shard_batches.h"
 #include "worker/loop/evaluator.h"
 #include "worker/loop/plan_batches.h"
 #include "worker/loop/step_pipeline.h"
+#include "worker/loop/training_data.h"
 #include "worker/model/layer_model.h"
 #include "worker/model/trainable_model.h"
 
 namespace ps::worker {
 namespace {
 
-absl::StatusOr<DataShape> BudgetFor(const JobSpec& spec, int64_t train_examples,
-                                    int num_shards) {
-  const int batch = spec.data().batch_size();
-  DataShape b;
-  b.steps_per_epoch = StepsPerEpoch(train_examples, num_shards, batch);
-  b.total_steps = TotalSteps(spec, train_examples, num_shards);
-  if (b.steps_per_epoch < 1 || b.total_steps < 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no full batch of ", batch, " per data shard: ", train_examples,
-        " examples over ", num_shards, " shards"));
-  }
-  return b;
-}
-
-// This worker's batches: at each clock the one its data plan names
-// (plan_batches.h), prefetched from that batch's data shard on. The plan
-// may grow or shrink while it trains (`current_plan`: a survivor of an
-// eviction takes on the leaver's batches); a batch the prefetcher did not
-// have next, at a run's start or an epoch's end, starts it again there.
-class BatchSource {
+// Training batches read ahead of their steps, by step and address: a
+// step's end asks for the rows of a batch ahead (StepPipeline::lookahead),
+// and the loop reads the next batches while a step's end is on its way. A
+// batch whose address the plan has changed since is read again.
+class BatchesAhead {
  public:
-  BatchSource(const WorkerAssignment& a, std::shared_ptr<const Dataset> train,
-              int num_shards, DataShape budget,
-              std::function<WorkerPlan()> current_plan)
-      : train_(std::move(train)),
-        num_shards_(num_shards),
-        plan_(a, std::move(current_plan), budget) {
-    options_.batch_size = a.spec().data().batch_size();
-    options_.seed = a.spec().data().shuffle_seed();
-    options_.assignment.num_shards = num_shards;
-    options_.num_epochs = 0;  // the plan ends training, not the data
-  }
+  BatchesAhead(data::ShardBatches* batches, LivePlan* plan)
+      : batches_(batches), plan_(plan) {}
 
-  // The clock after the plan's last batch, as the plan is now.
-  int64_t End() { return plan_.End(); }
-
-  // The batch of `clock` (LivePlan::BatchAt).
-  absl::StatusOr<Batch> Next(int64_t clock, absl::Duration timeout) {
-    PS_ASSIGN_OR_RETURN(const PlannedBatch want, plan_.BatchAt(clock));
-    for (int attempt = 0;; ++attempt) {
-      if (prefetcher_ == nullptr || shard_ != want.data_shard) {
-        PS_RETURN_IF_ERROR(StartAt(want));
+  // The batch of step `step`, read before or now (valid until DropBefore
+  // passes `step`).
+  absl::StatusOr<const data::Batch*> Get(int64_t step) {
+    PS_ASSIGN_OR_RETURN(const PlannedBatch at, plan_->BatchAt(step));
+    for (const Entry& e : entries_) {
+      if (e.step == step && e.at.data_shard == at.data_shard &&
+          e.at.epoch == at.epoch && e.at.index == at.index) {
+        return &e.batch;
       }
-      absl::StatusOr<Batch> b = prefetcher_->Next(timeout);
-      if (!b.ok()) return Annotate(b.status(), "next batch");
-      if (b->epoch == want.epoch && b->index == want.index) return b;
-      // Not the planned one (an epoch with a batch beyond steps_per_epoch,
-      // or a jump in the plan): start again at the planned batch.
-      prefetcher_->Recycle(*std::move(b));
-      if (attempt > 0) {
-        return absl::InternalError(absl::StrCat(
-            "the prefetcher did not deliver batch ", want.index, " of epoch ",
-            want.epoch, " of data shard ", want.data_shard));
-      }
-      prefetcher_.reset();
     }
+    absl::StatusOr<data::Batch> batch =
+        batches_->BatchAt(at.data_shard, at.epoch, at.index);
+    if (!batch.ok()) return Annotate(batch.status(), "training data");
+    entries_.push_back({step, at, *std::move(batch)});
+    return &entries_.back().batch;
   }
 
-  void Recycle(Batch b) {
-    if (prefetcher_ != nullptr) prefetcher_->Recycle(std::move(b));
+  // Forgets the batches of steps before `step`.
+  void DropBefore(int64_t step) {
+    entries_.remove_if([step](const Entry& e) { return e.step < step; });
   }
 
  private:
-  absl::Status StartAt(const PlannedBatch& want) {
-    prefetcher_.reset();
-    PrefetcherOptions po = options_;
-    po.assignment.shards = {want.data_shard};
-    po.first_epoch = want.epoch;
-    po.first_batch = want.index;
-    PS_ASSIGN_OR_RETURN(prefetcher_, BatchPrefetcher::Create(train_, po));
-    shard_ = want.data_shard;
-    return absl::OkStatus();
-  }
-
-  std::shared_ptr<const Dataset> train_;
-  int num_shards_;
-  PrefetcherOptions options_;
-  LivePlan plan_;
-  std::unique_ptr<BatchPrefetcher> prefetcher_;
-  int shard_ = -1;
+  struct Entry {
+    int64_t step = 0;
+    PlannedBatch at;
+    data::Batch batch;
+  };
+  data::ShardBatches* const batches_;
+  LivePlan* const plan_;
+  std::list<Entry> entries_;  // a list: Get's pointers outlive insertions
 };
 
 StepPipelineOptions PipelineOptionsFor(const WorkerAssignment& a,
@@ -114,17 +77,32 @@ StepPipelineOptions PipelineOptionsFor(const WorkerAssignment& a,
 
 }  // namespace
 
-int64_t StepsPerEpoch(int64_t train_examples, int num_data_shards,
-                      int batch_size) {
-  if (num_data_shards < 1 || batch_size < 1) return 0;
-  return train_examples / num_data_shards / batch_size;
+bool AwaitOthersDone(const TrainerOptions& options,
+                     const std::atomic<bool>* stop) {
+  if (!options.others_done) return true;
+  // The coordinator's answer comes with a heartbeat: poll at a fraction of
+  // its period (this runs once per job, after the last step).
+  const absl::Time deadline = absl::Now() + options.final_evaluation_wait;
+  while (!options.others_done()) {
+    if ((stop != nullptr && stop->load()) || absl::Now() >= deadline) {
+      return false;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
 }
 
-int64_t TotalSteps(const JobSpec& spec, int64_t train_examples,
-                   int num_data_shards) {
-  if (spec.data().max_steps() > 0) return spec.data().max_steps();
-  return spec.data().epochs() * StepsPerEpoch(train_examples, num_data_shards,
-                                              spec.data().batch_size());
+EvaluatorOptions EvaluatorOptionsFor(const WorkerAssignment& a,
+                                     int64_t steps_per_epoch,
+                                     const TrainerOptions& options) {
+  const DataSpec& d = a.spec().data();
+  EvaluatorOptions o;
+  o.eval_every_steps = d.eval_every_steps() > 0
+                           ? d.eval_every_steps()
+                           : static_cast<int>(steps_per_epoch);
+  o.is_evaluator = options.is_evaluator;
+  if (!o.is_evaluator) o.is_evaluator = [&a] { return a.evaluator(); };
+  return o;
 }
 
 absl::StatusOr<TrainResult> Train(
@@ -134,22 +112,25 @@ absl::StatusOr<TrainResult> Train(
     const std::atomic<bool>* stop, const TrainerOptions& options,
     std::function<WorkerPlan()> current_plan) {
   const JobSpec& spec = a.spec();
-  if (spec.data().format() != DataSpec::IDX) {
-    return TrainOnStreamedData(a, backend, params, std::move(sink), stop,
-                               options, std::move(current_plan));
-  }
+  const int num_shards = std::max(1, a.num_data_shards());
+  PS_ASSIGN_OR_RETURN(
+      const TrainingData data,
+      OpenTrainingData(a, std::move(train), std::move(test), num_shards));
   // Layer models and the MLP shorthand alike (expanded to Dense layers).
   PS_ASSIGN_OR_RETURN(
       std::unique_ptr<TrainableModel> model,
-      model::CreateLayerModel(spec.model(), train->example_size(), backend));
-  const int num_shards = std::max(1, a.num_data_shards());
-  PS_ASSIGN_OR_RETURN(const DataShape budget,
-                      BudgetFor(spec, train->num_examples, num_shards));
+      model::CreateLayerModel(spec.model(), data.example_size, backend));
   if (options.on_data_shape) {
-    options.on_data_shape(budget.total_steps, budget.steps_per_epoch);
+    options.on_data_shape(data.shape.total_steps, data.shape.steps_per_epoch);
   }
-  BatchSource batches(a, train, num_shards, budget, std::move(current_plan));
-  int64_t total_steps = batches.End();
+  data::ShardBatches batches(data.open_shard, num_shards,
+                             spec.data().batch_size());
+  // The plan, read again before every step: it grows when a leaver's
+  // batches are moved here (leftover_data TRAIN), or shrinks when a
+  // rejoining worker takes its data shard back.
+  LivePlan plan(a, std::move(current_plan), data.shape);
+  BatchesAhead read(&batches, &plan);
+  int64_t total_steps = plan.End();
   // Declared after the model: destroyed first, ending the calls in flight
   // before the model's buffers go.
   PS_ASSIGN_OR_RETURN(std::unique_ptr<StepPipeline> pipeline,
@@ -158,33 +139,58 @@ absl::StatusOr<TrainResult> Train(
   // BSP: the clock is the step the shards are at, whatever start_step said.
   PS_RETURN_IF_ERROR(pipeline->Join());
   const Clock* const clock = Clock::Real();
-  const MetricStamp stamp(clock, budget.steps_per_epoch);
-  Evaluator evaluator(IdxTestScorer(test, spec.data().eval_examples()), &stamp,
-                      sink,
-                      EvaluatorOptionsFor(a, budget.steps_per_epoch, options),
-                      pipeline->clock());
+  const MetricStamp stamp(clock, data.shape.steps_per_epoch);
+  Evaluator evaluator(
+      TestDataScorer(data.open_test, params, spec.data().eval_examples()),
+      &stamp, sink, EvaluatorOptionsFor(a, data.shape.steps_per_epoch, options),
+      pipeline->clock());
   MetricWindow window(&stamp, clock,
                       {.report_every_steps = options.report_every_steps,
                        .batch_size = spec.data().batch_size(),
                        .extra = options.report_extra});
 
   TrainResult result;
-  while (pipeline->clock() < (total_steps = batches.End())) {
+  size_t samples_logged = 0;
+  while (pipeline->clock() < (total_steps = plan.End())) {
     if (stop != nullptr && stop->load()) {
       return absl::CancelledError(
           absl::StrCat("stopped at step ", pipeline->clock()));
     }
     pipeline->set_total_steps(total_steps);
     const absl::Time t0 = clock->Now();
-    PS_ASSIGN_OR_RETURN(Batch batch,
-                        batches.Next(pipeline->clock(), options.batch_timeout));
+    // This step's batch and those ahead that this worker trains (usually
+    // read while the last step's end was on its way). One ahead that fails
+    // to read is not asked for, and fails at its own step.
+    const auto batches_ahead = [&]() -> const data::Batch* {
+      const data::Batch* ahead = nullptr;
+      for (int64_t s = pipeline->clock() + 1;
+           s < total_steps && s <= pipeline->clock() + pipeline->lookahead();
+           ++s) {
+        absl::StatusOr<const data::Batch*> b = read.Get(s);
+        ahead = b.ok() ? *b : nullptr;
+      }
+      return pipeline->lookahead() > 0 &&
+                     pipeline->clock() + pipeline->lookahead() < total_steps
+                 ? ahead
+                 : nullptr;
+    };
+    PS_ASSIGN_OR_RETURN(const data::Batch* batch, read.Get(pipeline->clock()));
+    const data::Batch* ahead = batches_ahead();
+    for (; samples_logged < batches.bad_line_samples().size();
+         ++samples_logged) {
+      std::fprintf(stderr, "worker: bad line %s\n",
+                   batches.bad_line_samples()[samples_logged].c_str());
+    }
     const absl::Time t1 = clock->Now();
     // The evaluator needs all of the weights before the step.
+    const int64_t planned = pipeline->clock();
     PS_ASSIGN_OR_RETURN(const bool more,
                         pipeline->Pull(evaluator.Due(pipeline->clock())));
-    if (!more) {
-      batches.Recycle(std::move(batch));
-      break;
+    if (!more) break;
+    if (pipeline->clock() != planned) {
+      // BSP catch-up: the step the job is at, on its own batch.
+      PS_ASSIGN_OR_RETURN(batch, read.Get(pipeline->clock()));
+      ahead = batches_ahead();
     }
     // The evaluator measures the weights every worker computes on.
     if (evaluator.Due(pipeline->clock())) {
@@ -192,15 +198,11 @@ absl::StatusOr<TrainResult> Train(
     }
     const absl::Time t2 = clock->Now();
     PS_ASSIGN_OR_RETURN(const std::optional<float> loss,
-                        pipeline->Compute(batch));
-    if (!loss.has_value()) {  // the job's steps ended under this one
-      batches.Recycle(std::move(batch));
-      break;
-    }
+                        pipeline->Compute(*batch));
+    if (!loss.has_value()) break;  // the job's steps ended under this one
     const absl::Time t3 = clock->Now();
-    PS_RETURN_IF_ERROR(pipeline->EndStep());
+    PS_RETURN_IF_ERROR(pipeline->EndStep(ahead));
     const absl::Time t4 = clock->Now();
-    batches.Recycle(std::move(batch));
 
     const StepObservations seen = pipeline->TakeObservations();
     window.AddStep(*loss, {.wait = t1 - t0,
@@ -209,11 +211,18 @@ absl::StatusOr<TrainResult> Train(
                            .push = t4 - t3});
     window.AddStaleness(seen.staleness, seen.staleness_ends);
     result.last_loss = *loss;
-    if (window.Due(pipeline->clock() + 1, total_steps)) {
-      window.Report(pipeline->clock() + 1, sink);
+    const int64_t done = pipeline->clock() + 1;
+    if (window.Due(done, total_steps)) {
+      window.Report(done, sink);
+      if (data.text) {
+        const int64_t bad = data.counted_bad_lines >= 0 ? data.counted_bad_lines
+                                                        : batches.bad_lines();
+        sink({stamp.Point("bad_lines", static_cast<double>(bad), done)}, false);
+      }
     }
     result.steps++;
     pipeline->NextStep();
+    read.DropBefore(pipeline->clock());
     if (options.on_step) options.on_step(pipeline->clock());
   }
   result.final_clock = pipeline->clock();

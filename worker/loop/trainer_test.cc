@@ -1,4 +1,5 @@
 #include "worker/loop/trainer.h"
+#include "worker/loop/training_data.h"
 
 #include <gtest/gtest.h>
 

@@ -123,15 +123,6 @@ class LayerModel final : public TrainableModel {
     return Swap(grads_, index, other);
   }
 
-  absl::StatusOr<float> TrainStep(const Batch& batch,
-                                  const ModelStepHooks& hooks) override {
-    PS_RETURN_IF_ERROR(NoSparseInputs());
-    const int64_t n = batch.size;
-    PS_RETURN_IF_ERROR(Load(batch.images(), n));
-    PS_RETURN_IF_ERROR(head_.SetLabels(*backend_, batch.labels()));
-    return Step(n, hooks);
-  }
-
   const std::vector<SparseTableInfo>& sparse_tables() const override {
     return tables_;
   }
@@ -154,34 +145,15 @@ class LayerModel final : public TrainableModel {
     PS_RETURN_IF_ERROR(CheckTable(table));
     return sparse_.GetGradient(*backend_, table, rows);
   }
-  absl::StatusOr<float> TrainDataBatch(const data::Batch& batch,
-                                       const ModelStepHooks& hooks) override {
+  absl::StatusOr<float> TrainStep(const data::Batch& batch,
+                                  const ModelStepHooks& hooks) override {
     PS_RETURN_IF_ERROR(LoadData(batch));
     return Step(batch.size, hooks);
   }
-  absl::StatusOr<ModelEvaluation> EvaluateDataBatch(
-      const data::Batch& batch) override {
+  absl::StatusOr<ModelEvaluation> Evaluate(const data::Batch& batch) override {
     PS_RETURN_IF_ERROR(LoadData(batch));
     PS_RETURN_IF_ERROR(Forward(batch.size, nullptr, {}));
     return head_.Evaluate(*backend_, batch.size, HeadOutput(batch.size));
-  }
-
-  absl::StatusOr<ModelEvaluation> Evaluate(const Dataset& data, int64_t begin,
-                                           int64_t count) override {
-    if (begin < 0 || count < 1 || begin + count > data.num_examples) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("examples [", begin, ", ", begin + count,
-                       ") outside the dataset's ", data.num_examples));
-    }
-    PS_RETURN_IF_ERROR(NoSparseInputs());
-    const int64_t size = data.example_size();
-    PS_RETURN_IF_ERROR(Load(
-        absl::MakeConstSpan(data.images).subspan(begin * size, count * size),
-        count));
-    PS_RETURN_IF_ERROR(head_.SetLabels(
-        *backend_, absl::MakeConstSpan(data.labels).subspan(begin, count)));
-    PS_RETURN_IF_ERROR(Forward(count, nullptr, {}));
-    return head_.Evaluate(*backend_, count, HeadOutput(count));
   }
 
  private:
@@ -199,12 +171,6 @@ class LayerModel final : public TrainableModel {
       }
     }
     return uses;
-  }
-  absl::Status NoSparseInputs() const {
-    if (!has_sparse_inputs_) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        "this model reads sparse fields: train and evaluate it on batches "
-        "that carry them (TrainDataBatch, EvaluateDataBatch)");
   }
   absl::Status CheckTable(int table) const {
     if (table < 0 || table >= sparse_.num_tables()) {

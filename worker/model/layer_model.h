@@ -20,11 +20,11 @@ namespace ps::worker::model {
 // shorthand expanded to Dense layers) on `backend` (not owned; must outlive
 // the model). The inputs "dense" and "image" both read an example's dense
 // values: with `example_size` > 0 they must be that wide (the IDX datasets'
-// examples). Labels are classes (the IDX path, TrainStep and Evaluate); a
-// sigmoid or squared-error head reads a class as its number. A model with
-// sparse inputs (embedding bags) trains only on the data readers' batches
-// (TrainDataBatch after PrepareSparse: trainable_model.h); its TrainStep and
-// Evaluate are FAILED_PRECONDITION.
+// examples). Labels are a batch's classes (IDX) or float labels (text
+// formats); a sigmoid or squared-error head reads a class as its number. A
+// model with sparse inputs (embedding bags) steps and evaluates a batch only
+// after PrepareSparse(batch) (trainable_model.h); otherwise
+// FAILED_PRECONDITION.
 //
 // Errors: INVALID_ARGUMENT for a model that does not resolve (every
 // problem, as ResolveModelGraph lists them) or whose inputs are not

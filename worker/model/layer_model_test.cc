@@ -88,7 +88,7 @@ TEST_P(MlpShorthandTest, MatchesItsLayersWrittenOutBitForBit) {
   SetRandomParameters(b, 7);
   const Dataset data = RandomData(40, 12, 4, 3);
   for (int step = 0; step < 4; ++step) {
-    const Batch batch = BatchOf(data, step * 10, 10);
+    const data::Batch batch = BatchOf(data, step * 10, 10);
     ModelStepHooks hooks;
     if (step % 2 == 1) hooks.row_splits = {{5}};
     absl::StatusOr<float> la = a->TrainStep(batch, hooks);
@@ -104,8 +104,8 @@ TEST_P(MlpShorthandTest, MatchesItsLayersWrittenOutBitForBit) {
     Sgd(backend.get(), a, 0.1f);
     Sgd(backend.get(), b, 0.1f);
   }
-  absl::StatusOr<ModelEvaluation> ea = a->Evaluate(data, 0, 40);
-  absl::StatusOr<ModelEvaluation> eb = b->Evaluate(data, 0, 40);
+  absl::StatusOr<ModelEvaluation> ea = EvaluateRange(*a, data, 0, 40);
+  absl::StatusOr<ModelEvaluation> eb = EvaluateRange(*b, data, 0, 40);
   ASSERT_TRUE(ea.ok() && eb.ok());
   EXPECT_EQ(ea->loss, eb->loss);
   EXPECT_EQ(ea->correct, eb->correct);
@@ -180,7 +180,7 @@ TEST(LayerModel, DagGradientMatchesFiniteDifferences) {
       auto loss_at = [&](float v) {
         w[0] = v;
         EXPECT_TRUE(m->SetParameterRange(i, j, w).ok());
-        return static_cast<double>(m->Evaluate(data, 0, 5)->loss);
+        return static_cast<double>(EvaluateRange(*m, data, 0, 5)->loss);
       };
       const double numeric =
           (loss_at(saved + kEps) - loss_at(saved - kEps)) / (2 * kEps);
@@ -298,7 +298,7 @@ TEST(LayerModel, SmallCnnLearns) {
     ASSERT_TRUE(m->TrainStep(BatchOf(data, (step % 10) * 20, 20), {}).ok());
     Sgd(backend.get(), m, 0.2f);
   }
-  absl::StatusOr<ModelEvaluation> e = m->Evaluate(data, 0, 200);
+  absl::StatusOr<ModelEvaluation> e = EvaluateRange(*m, data, 0, 200);
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_GE(e->correct, 190) << "loss " << e->loss;
 }
@@ -324,7 +324,7 @@ TEST(LayerModel, HeadsReportTheirMetrics) {
         backend.get());
     ASSERT_TRUE(m.ok()) << m.status();
     ASSERT_TRUE((*m)->SetParameterRange(1, 0, std::vector<float>{0.25f}).ok());
-    absl::StatusOr<ModelEvaluation> e = (*m)->Evaluate(data, 0, 8);
+    absl::StatusOr<ModelEvaluation> e = EvaluateRange(**m, data, 0, 8);
     ASSERT_TRUE(e.ok());
     EXPECT_EQ(e->head, HeadSpec::MEAN_SQUARED_ERROR);
     const double mse = (ones * 0.75 * 0.75 + (8 - ones) * 0.25 * 0.25) / 8;
@@ -338,7 +338,7 @@ TEST(LayerModel, HeadsReportTheirMetrics) {
         backend.get());
     ASSERT_TRUE(m.ok()) << m.status();
     ASSERT_TRUE((*m)->SetParameterRange(1, 0, std::vector<float>{1.0f}).ok());
-    absl::StatusOr<ModelEvaluation> e = (*m)->Evaluate(data, 0, 8);
+    absl::StatusOr<ModelEvaluation> e = EvaluateRange(**m, data, 0, 8);
     ASSERT_TRUE(e.ok());
     EXPECT_EQ(e->head, HeadSpec::SIGMOID_CROSS_ENTROPY);
     EXPECT_EQ(e->auc.positives(), static_cast<int64_t>(ones));
@@ -405,7 +405,7 @@ TEST(LayerModel, RejectsWhatItCannotRun) {
   absl::StatusOr<float> loss = (*m)->TrainStep(BatchOf(bad, 0, 2), {});
   EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(loss.status().message().find("example 1"), std::string::npos);
-  EXPECT_FALSE((*m)->Evaluate(bad, 1, 2).ok());
+  EXPECT_FALSE(EvaluateRange(**m, bad, 1, 2).ok());
 }
 
 }  // namespace

@@ -21,7 +21,7 @@
 #include "kernels/backend.h"
 #include "kernels/benchmark_util.h"
 #include "proto/config.pb.h"
-#include "worker/data/batch_prefetcher.h"
+#include "worker/data/batch.h"
 #include "worker/model/layer_model.h"
 
 namespace ps::worker::model {
@@ -97,18 +97,14 @@ std::unique_ptr<TrainableModel> MakeMlp(benchmark::State& state,
 }
 
 // A batch of batch_size random examples, labels 0..9 in turn.
-Batch MakeBatch() {
-  const std::vector<float> images = RandomVector(batch_size * kLayers[0], 3);
-  Batch batch;
+data::Batch MakeBatch() {
+  data::Batch batch;
   batch.size = static_cast<int>(batch_size);
-  batch.example_size = kLayers[0];
-  batch.buffer = HeapHostBuffer(images.size() * sizeof(float) +
-                                batch_size * sizeof(int32_t));
-  float* x = static_cast<float*>(batch.buffer.data());
-  std::copy(images.begin(), images.end(), x);
-  int32_t* labels = reinterpret_cast<int32_t*>(x + images.size());
+  batch.dense_dim = static_cast<int>(kLayers[0]);
+  batch.dense = RandomVector(batch_size * kLayers[0], 3);
+  batch.label_kind = data::LabelKind::kClass;
   for (int64_t i = 0; i < batch_size; ++i) {
-    labels[i] = static_cast<int32_t>(i % 10);
+    batch.classes.push_back(static_cast<int32_t>(i % 10));
   }
   return batch;
 }
@@ -118,7 +114,7 @@ void MlpStep(benchmark::State& state, bool cuda) {
   if (backend == nullptr) return;
   std::unique_ptr<TrainableModel> mlp = MakeMlp(state, backend.get(), 1);
   if (mlp == nullptr) return;
-  const Batch batch = MakeBatch();
+  const data::Batch batch = MakeBatch();
   for (auto _ : state) {
     absl::StatusOr<float> loss = mlp->TrainStep(batch, {});
     if (!loss.ok()) {
@@ -179,7 +175,7 @@ void BM_CpuMlpSplitVsWhole(benchmark::State& state) {
   if (whole == nullptr) return;
   std::unique_ptr<TrainableModel> split = MakeMlp(state, backend.get(), 1);
   if (split == nullptr) return;
-  const Batch batch = MakeBatch();
+  const data::Batch batch = MakeBatch();
   ModelStepHooks blocks;
   blocks.row_splits = {{kLayers[0] / 2}};
   std::vector<double> whole_s, split_s;

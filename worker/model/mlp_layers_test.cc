@@ -92,7 +92,7 @@ Dataset RandomBatch(int64_t batch, int64_t in, int64_t classes, uint32_t seed) {
                    static_cast<int>(classes));
 }
 
-Batch AllOf(const Dataset& d) {
+data::Batch AllOf(const Dataset& d) {
   return BatchOf(d, 0, static_cast<int>(d.num_examples));
 }
 
@@ -175,7 +175,7 @@ TEST_P(MlpLayersTest, EvaluateCountsArgmaxHitsAndMatchesTheLoss) {
     const auto it = std::max_element(logits[r].begin(), logits[r].end());
     ref_correct += (it - logits[r].begin()) == data.labels[r];
   }
-  absl::StatusOr<ModelEvaluation> eval = m->Evaluate(data, 0, 50);
+  absl::StatusOr<ModelEvaluation> eval = EvaluateRange(*m, data, 0, 50);
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_EQ(eval->examples, 50);
   EXPECT_EQ(eval->correct, ref_correct);
@@ -195,7 +195,7 @@ TEST_P(MlpLayersTest, SgdStepsReduceTheLoss) {
     data.labels[r] =
         static_cast<int32_t>(std::max_element(x, x + c.sizes.back()) - x);
   }
-  const Batch batch = AllOf(data);
+  const data::Batch batch = AllOf(data);
   absl::StatusOr<float> first = m->TrainStep(batch, {});
   ASSERT_TRUE(first.ok());
   float last = *first;
@@ -296,7 +296,7 @@ TEST(MlpLayers, RejectsBadInput) {
   EXPECT_PRED1(invalid,
                m.TrainStep(AllOf(DatasetOf(images, {0}, 6, 2)), {}).status());
   EXPECT_PRED1(invalid, m.TrainStep(BatchOf(data({0, 1}), 0, 0), {}).status());
-  EXPECT_PRED1(invalid, m.Evaluate(data({0, 5}), 0, 2).status());
+  EXPECT_PRED1(invalid, EvaluateRange(m, data({0, 5}), 0, 2).status());
   EXPECT_PRED1(invalid, m.SetParameterRange(0, 0, std::vector<float>(7)));
   EXPECT_PRED1(invalid, m.SetParameterRange(7, 0, std::vector<float>(6)));
   DeviceBuffer none;
@@ -467,7 +467,7 @@ TEST(MlpLayers, SplitStepsTrainAsTheUnsplitOnes) {
   ModelStepHooks hooks;
   hooks.row_splits = {{392}};
   for (int step = 0; step < 3; ++step) {
-    const Batch batch = BatchOf(data, step * 32, 32);
+    const data::Batch batch = BatchOf(data, step * 32, 32);
     absl::StatusOr<float> a = plain->TrainStep(batch, {});
     absl::StatusOr<float> b = split->TrainStep(batch, hooks);
     ASSERT_TRUE(a.ok() && b.ok());
@@ -485,8 +485,8 @@ TEST(MlpLayers, SplitStepsTrainAsTheUnsplitOnes) {
           backend->Axpy(-0.1f, split->gradient(i), split->parameter(i)).ok());
     }
   }
-  absl::StatusOr<ModelEvaluation> ea = plain->Evaluate(data, 0, 96);
-  absl::StatusOr<ModelEvaluation> eb = split->Evaluate(data, 0, 96);
+  absl::StatusOr<ModelEvaluation> ea = EvaluateRange(*plain, data, 0, 96);
+  absl::StatusOr<ModelEvaluation> eb = EvaluateRange(*split, data, 0, 96);
   ASSERT_TRUE(ea.ok() && eb.ok());
   EXPECT_NEAR(eb->loss, ea->loss, 1e-5 * ea->loss);
   EXPECT_EQ(eb->examples, 96);
@@ -617,9 +617,9 @@ TEST(MlpLayers, EvaluatesARangeOfTheDataset) {
   ASSERT_NE(m, nullptr);
   InitializeMlp(backend.get(), m.get(), RELU, 5);
   const Dataset d = RandomData(6, 4, 2, 2);
-  auto all = m->Evaluate(d, 0, 6);
-  auto first = m->Evaluate(d, 0, 2);
-  auto rest = m->Evaluate(d, 2, 4);
+  auto all = EvaluateRange(*m, d, 0, 6);
+  auto first = EvaluateRange(*m, d, 0, 2);
+  auto rest = EvaluateRange(*m, d, 2, 4);
   ASSERT_TRUE(all.ok() && first.ok() && rest.ok()) << all.status();
   EXPECT_EQ(all->examples, 6);
   EXPECT_EQ(first->examples, 2);
@@ -628,9 +628,9 @@ TEST(MlpLayers, EvaluatesARangeOfTheDataset) {
   EXPECT_NEAR(all->loss * 6, first->loss * 2 + rest->loss * 4, 1e-5);
   EXPECT_GT(all->loss, 0);
   // Outside the dataset.
-  EXPECT_EQ(m->Evaluate(d, 4, 3).status().code(),
+  EXPECT_EQ(EvaluateRange(*m, d, 4, 3).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(m->Evaluate(d, -1, 2).status().code(),
+  EXPECT_EQ(EvaluateRange(*m, d, -1, 2).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -3,12 +3,32 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <random>
 #include <utility>
 
 #include "google/protobuf/text_format.h"
+#include "worker/data/idx_batch_reader.h"
 
 namespace ps::worker::model {
+
+data::Batch MfBatch(const std::vector<uint64_t>& users,
+                    const std::vector<uint64_t>& items,
+                    const std::vector<float>& labels) {
+  data::Batch b;
+  b.size = static_cast<int>(labels.size());
+  b.label_kind = data::LabelKind::kFloat;
+  b.labels = labels;
+  b.sparse.resize(2);
+  b.sparse[0].name = "user";
+  b.sparse[0].keys = users;
+  b.sparse[1].name = "item";
+  b.sparse[1].keys = items;
+  for (data::SparseField& f : b.sparse) {
+    for (int e = 0; e <= b.size; ++e) f.offsets.push_back(e);
+  }
+  return b;
+}
 
 ModelSpec SpecFromText(const std::string& text) {
   ModelSpec spec;
@@ -39,18 +59,25 @@ Dataset RandomData(int64_t n, int64_t size, int classes, uint64_t seed) {
   return d;
 }
 
-Batch BatchOf(const Dataset& d, int64_t begin, int n) {
-  Batch b;
-  b.size = n;
-  b.example_size = d.example_size();
-  b.buffer =
-      HeapHostBuffer(n * (d.example_size() * sizeof(float) + sizeof(int32_t)));
-  float* x = static_cast<float*>(b.buffer.data());
-  std::copy(d.images.begin() + begin * d.example_size(),
-            d.images.begin() + (begin + n) * d.example_size(), x);
-  std::copy(d.labels.begin() + begin, d.labels.begin() + begin + n,
-            reinterpret_cast<int32_t*>(x + n * d.example_size()));
-  return b;
+absl::StatusOr<data::Batch> IdxBatchOf(const Dataset& d, int64_t begin,
+                                       int64_t n) {
+  std::vector<int64_t> ids(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  std::iota(ids.begin(), ids.end(), begin);
+  return data::IdxBatch(d, ids, begin);
+}
+
+data::Batch BatchOf(const Dataset& d, int64_t begin, int n) {
+  absl::StatusOr<data::Batch> b = IdxBatchOf(d, begin, n);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *std::move(b) : data::Batch();
+}
+
+absl::StatusOr<ModelEvaluation> EvaluateRange(TrainableModel& model,
+                                              const Dataset& d, int64_t begin,
+                                              int64_t count) {
+  absl::StatusOr<data::Batch> b = IdxBatchOf(d, begin, count);
+  if (!b.ok()) return b.status();
+  return model.Evaluate(*b);
 }
 
 }  // namespace ps::worker::model

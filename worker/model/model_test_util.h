@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "proto/config.pb.h"
-#include "worker/data/batch_prefetcher.h"
+#include "worker/data/batch.h"
 #include "worker/data/dataset.h"
 #include "worker/model/trainable_model.h"
 
@@ -40,6 +41,12 @@ inline constexpr char kMfModelSpec[] = R"pb(
   head { loss: MEAN_SQUARED_ERROR }
 )pb";
 
+// A batch for kMfModelSpec: example e is user users[e]'s rating labels[e]
+// of item items[e] (fields "user" and "item", one id each).
+data::Batch MfBatch(const std::vector<uint64_t>& users,
+                    const std::vector<uint64_t>& items,
+                    const std::vector<float>& labels);
+
 // A ModelSpec from its text format (fails the test on a parse error).
 ModelSpec SpecFromText(const std::string& text);
 
@@ -47,8 +54,21 @@ ModelSpec SpecFromText(const std::string& text);
 // [0, classes).
 Dataset RandomData(int64_t n, int64_t size, int classes, uint64_t seed);
 
-// Examples [begin, begin + n) of `d` as a batch.
-Batch BatchOf(const Dataset& d, int64_t begin, int n);
+// Examples [begin, begin + n) of `d`, in order, as a data reader's batch
+// (data::IdxBatch: dense = the pixels, classes = the labels).
+// INVALID_ARGUMENT for examples outside `d`.
+absl::StatusOr<data::Batch> IdxBatchOf(const Dataset& d, int64_t begin,
+                                       int64_t n);
+
+// The same, for examples inside `d` (fails the test and returns an empty
+// batch otherwise).
+data::Batch BatchOf(const Dataset& d, int64_t begin, int n);
+
+// `model`'s evaluation of examples [begin, begin + count) of `d`: the batch
+// of IdxBatchOf, then Evaluate. INVALID_ARGUMENT for examples outside `d`.
+absl::StatusOr<ModelEvaluation> EvaluateRange(TrainableModel& model,
+                                              const Dataset& d, int64_t begin,
+                                              int64_t count);
 
 // `n` values in [-scale, scale) from `seed`.
 std::vector<float> RandomValues(int64_t n, float scale, uint64_t seed);

@@ -114,12 +114,12 @@ TEST(SparseLayerModel, GradientsMatchFiniteDifferences) {
   EXPECT_EQ(*keys, (std::vector<std::vector<uint64_t>>{{7, 9, 42, 100}}));
   std::vector<float> rows = RandomValues(16, 0.5f, 77);
   ASSERT_TRUE(m->SetSparseRows(0, rows).ok());
-  ASSERT_TRUE(m->TrainDataBatch(batch, {}).ok());
+  ASSERT_TRUE(m->TrainStep(batch, {}).ok());
   std::vector<float> row_grad(16);
   ASSERT_TRUE(m->GetSparseGradient(0, absl::MakeSpan(row_grad)).ok());
 
   auto loss = [&] {
-    absl::StatusOr<ModelEvaluation> e = m->EvaluateDataBatch(batch);
+    absl::StatusOr<ModelEvaluation> e = m->Evaluate(batch);
     EXPECT_TRUE(e.ok()) << e.status();
     return static_cast<double>(e->loss);
   };
@@ -163,7 +163,9 @@ TEST(SparseLayerModel, StepsNeedTheirSparseFields) {
   ASSERT_NE(m, nullptr);
   data::Batch batch = ClickBatch();
   // Before PrepareSparse.
-  EXPECT_EQ(m->TrainDataBatch(batch, {}).status().code(),
+  EXPECT_EQ(m->TrainStep(batch, {}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m->Evaluate(batch).status().code(),
             absl::StatusCode::kFailedPrecondition);
   // Without the weights the weighted bag reads.
   data::Batch unweighted = batch;
@@ -181,11 +183,12 @@ TEST(SparseLayerModel, StepsNeedTheirSparseFields) {
   ASSERT_TRUE(m->PrepareSparse(batch).ok());
   EXPECT_FALSE(m->SetSparseRows(0, std::vector<float>(15)).ok());
   EXPECT_FALSE(m->SetSparseRows(1, std::vector<float>(16)).ok());
-  // The IDX path has no sparse fields.
-  const Dataset idx = RandomData(2, 3, 2, 1);
-  EXPECT_EQ(m->TrainStep(BatchOf(idx, 0, 2), {}).status().code(),
+  // A batch PrepareSparse did not load (here an IDX one, which has no sparse
+  // fields; PrepareSparse loaded `batch`) neither trains nor evaluates.
+  const data::Batch idx = BatchOf(RandomData(2, 3, 2, 1), 0, 2);
+  EXPECT_EQ(m->TrainStep(idx, {}).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(m->Evaluate(idx, 0, 2).status().code(),
+  EXPECT_EQ(m->Evaluate(idx).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -213,7 +216,7 @@ TEST(SparseLayerModel, LoadingABatchAgainStartsItsGradientsAfresh) {
     std::vector<float> r(keys->size() * 4, 0.25f);
     if (&b == &batch) r = rows;
     EXPECT_TRUE(m->SetSparseRows(0, r).ok());
-    EXPECT_TRUE(m->TrainDataBatch(b, {}).ok());
+    EXPECT_TRUE(m->TrainStep(b, {}).ok());
     std::vector<float> g(r.size());
     EXPECT_TRUE(m->GetSparseGradient(0, absl::MakeSpan(g)).ok());
     return g;
@@ -251,15 +254,15 @@ TEST(SparseLayerModel, DenseModelsTakeReaderBatches) {
   ASSERT_TRUE(keys.ok());
   EXPECT_TRUE(keys->empty());
   ASSERT_TRUE(m->SetParameterRange(1, 0, std::vector<float>{0.5f}).ok());
-  absl::StatusOr<float> loss = m->TrainDataBatch(batch, {});
+  absl::StatusOr<float> loss = m->TrainStep(batch, {});
   ASSERT_TRUE(loss.ok()) << loss.status();
   EXPECT_NEAR(*loss, 0.25f, 1e-6);  // (0.5 - y)^2 for y in {0, 1}
   batch.label_kind = data::LabelKind::kNone;
-  EXPECT_FALSE(m->TrainDataBatch(batch, {}).ok());
+  EXPECT_FALSE(m->TrainStep(batch, {}).ok());
   batch.dense_dim = 2;
   batch.dense.resize(6);
   batch.label_kind = data::LabelKind::kFloat;
-  EXPECT_EQ(m->TrainDataBatch(batch, {}).status().code(),
+  EXPECT_EQ(m->TrainStep(batch, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -5,12 +5,12 @@
 // model (worker/model/layer_model.h), for layer DAGs and for the MLP of a
 // job's MlpSpec, which it expands to Dense layers.
 //
-// Sparse embedding tables: a model with tables (worker/model/layer_model.h)
-// trains on batches of the data readers (worker/data/batch.h), whose sparse
-// fields name the keys. Per step it names the batch's unique keys per table
+// Every model trains and evaluates on the data readers' batches
+// (worker/data/batch.h), IDX images and text formats alike. A model with
+// sparse embedding tables names per step the batch's unique keys per table
 // (PrepareSparse), takes their pulled rows (SetSparseRows) before the step,
-// and hands out one gradient row per key (GetSparseGradient) after it;
-// worker/loop/sparse_step.h drives that through the parameter access
+// and hands out one gradient row per key (GetSparseGradient) after it; the
+// step pipeline drives that through the parameter access
 // (worker/client/parameter_access.h).
 #ifndef PS_WORKER_MODEL_TRAINABLE_MODEL_H_
 #define PS_WORKER_MODEL_TRAINABLE_MODEL_H_
@@ -27,8 +27,6 @@
 #include "kernels/backend.h"
 #include "proto/config.pb.h"
 #include "worker/data/batch.h"
-#include "worker/data/batch_prefetcher.h"
-#include "worker/data/dataset.h"
 
 namespace ps::worker {
 
@@ -114,44 +112,40 @@ class TrainableModel {
   virtual absl::Status SwapGradientBuffer(int index,
                                           kernels::DeviceBuffer& other) = 0;
 
-  // One forward and backward pass over `batch`; returns the mean loss, and
-  // leaves gradient(i) = d(mean loss)/d(parameter i).
-  virtual absl::StatusOr<float> TrainStep(const Batch& batch,
-                                          const ModelStepHooks& hooks) = 0;
-  // Forward only over examples [begin, begin + count) of `data`; gradients
-  // are left untouched.
-  virtual absl::StatusOr<ModelEvaluation> Evaluate(const Dataset& data,
-                                                   int64_t begin,
-                                                   int64_t count) = 0;
+  // The sparse tables the model reads, in order; empty for a dense model.
+  virtual const std::vector<SparseTableInfo>& sparse_tables() const = 0;
 
-  // ---- Batches of the data readers, and sparse tables. The defaults are
-  // those of a model that takes neither (UNIMPLEMENTED).
+  // A step or an evaluation over a batch of the data readers
+  // (worker/data/batch.h: IDX images and text formats alike):
+  //   keys = PrepareSparse(batch);            // per table, unique, ascending
+  //   SetSparseRows(t, rows of keys[t]);      // for each table, as pulled
+  //   TrainStep(batch, hooks) or Evaluate(batch);
+  //   GetSparseGradient(t, ...);              // after TrainStep, per table
+  // A dense model's PrepareSparse returns no tables and may be skipped.
 
-  // The sparse tables the model reads; empty for a dense model.
-  virtual const std::vector<SparseTableInfo>& sparse_tables() const {
-    static const std::vector<SparseTableInfo> kNone;
-    return kNone;
-  }
   // Loads `batch`'s sparse fields for the step or evaluation over it that
   // follows, and returns per table the batch's unique keys, ascending (no
   // tables: empty). INVALID_ARGUMENT for a batch without a field the model
   // reads.
   virtual absl::StatusOr<std::vector<std::vector<uint64_t>>> PrepareSparse(
-      const data::Batch& batch);
+      const data::Batch& batch) = 0;
   // Table `table`'s rows of PrepareSparse's keys (keys x dim, host fp32), as
   // pulled; before the step.
-  virtual absl::Status SetSparseRows(int table, absl::Span<const float> rows);
-  // TrainStep over `batch` (PrepareSparse(batch) first). The dense
-  // parameters' gradients as TrainStep leaves them; each table's in
-  // GetSparseGradient.
-  virtual absl::StatusOr<float> TrainDataBatch(const data::Batch& batch,
-                                               const ModelStepHooks& hooks);
-  // After TrainDataBatch: d(mean loss)/d(row) for each of PrepareSparse's
-  // keys of `table`, summed over the batch's uses of the key.
-  virtual absl::Status GetSparseGradient(int table, absl::Span<float> rows);
-  // Forward only over `batch` (PrepareSparse(batch) first).
-  virtual absl::StatusOr<ModelEvaluation> EvaluateDataBatch(
-      const data::Batch& batch);
+  virtual absl::Status SetSparseRows(int table,
+                                     absl::Span<const float> rows) = 0;
+  // One forward and backward pass over `batch`; returns the mean loss, and
+  // leaves gradient(i) = d(mean loss)/d(parameter i) and each table's
+  // gradient for GetSparseGradient. FAILED_PRECONDITION for a model with
+  // sparse inputs when PrepareSparse(batch) did not come first.
+  virtual absl::StatusOr<float> TrainStep(const data::Batch& batch,
+                                          const ModelStepHooks& hooks) = 0;
+  // After TrainStep: d(mean loss)/d(row) for each of PrepareSparse's keys
+  // of `table`, summed over the batch's uses of the key.
+  virtual absl::Status GetSparseGradient(int table, absl::Span<float> rows) = 0;
+  // Forward only over `batch` (PrepareSparse(batch) first for a model with
+  // sparse inputs); gradients are left untouched.
+  virtual absl::StatusOr<ModelEvaluation> Evaluate(
+      const data::Batch& batch) = 0;
 };
 
 }  // namespace ps::worker

@@ -1,9 +1,9 @@
 // ps._native.Data: the job's training data read with the worker's own
 // readers, batch by batch at the addresses a data plan names, and its test
 // data in order: the text formats (Criteo, libsvm, MovieLens) streamed, IDX
-// images (Fashion-MNIST) loaded once and cut as ps_worker's prefetcher
-// cuts them. Batches cross as numpy arrays that own their vectors (no
-// copy).
+// images (Fashion-MNIST) loaded once; opened as ps_worker opens them
+// (worker/loop/training_data.h). Batches cross as numpy arrays that own their
+// vectors (no copy).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -19,8 +19,7 @@
 #include "worker/data/batch_reader.h"
 #include "worker/data/dataset.h"
 #include "worker/data/shard_batches.h"
-#include "worker/data/sharding.h"
-#include "worker/data/spec_readers.h"
+#include "worker/loop/training_data.h"
 #include "worker/python/native.h"
 
 namespace py = pybind11;
@@ -68,65 +67,32 @@ py::dict ToPython(data::Batch b) {
 class Data {
  public:
   Data(py::handle assignment, const std::string& data_root)
-      : a_(AssignmentProto(assignment)) {
+      : a_(AssignmentProto(assignment)),
+        num_shards_(std::max(1, a_.num_data_shards())) {
     const DataSpec& d = a_.spec().data();
-    num_shards_ = std::max(1, a_.num_data_shards());
+    std::shared_ptr<const worker::Dataset> train, test;
     if (d.format() == DataSpec::IDX) {
-      LoadIdx(data_root.empty() ? d.path() : data_root);
-      return;
+      LoadIdx(data_root.empty() ? d.path() : data_root, train, test);
     }
-    train_files_.assign(d.train_files().begin(), d.train_files().end());
-    test_files_.assign(d.test_files().begin(), d.test_files().end());
-    const DataSpec spec = d;
-    const std::vector<std::string> files = train_files_;
-    batches_ = std::make_unique<data::ShardBatches>(
-        [spec, files](const data::ShardSpec& s) {
-          return data::OpenSpecReader(spec, files, spec.shuffle_seed(), s);
-        },
-        num_shards_, d.batch_size());
-  }
-
-  // (steps per data shard, steps per epoch) as ps_worker derives them:
-  // data.max_steps; the coordinator's (a worker counted); else counted in
-  // one streaming pass (epochs x the smallest shard's full batches).
-  std::pair<int64_t, int64_t> Shape() {
-    const DataSpec& d = a_.spec().data();
-    if (train_ != nullptr) {  // IDX: ps_worker's BudgetFor
-      const int64_t per_epoch =
-          train_->num_examples / num_shards_ / d.batch_size();
-      if (per_epoch < 1) {
-        Check(absl::FailedPreconditionError(absl::StrCat(
-            "no full batch of ", d.batch_size(), " per data shard: ",
-            train_->num_examples, " examples over ", num_shards_, " shards")));
-      }
-      return {d.max_steps() > 0 ? d.max_steps() : d.epochs() * per_epoch,
-              per_epoch};
-    }
-    if (d.max_steps() > 0) return {d.max_steps(), d.max_steps()};
-    if (a_.shard_steps() > 0 && a_.steps_per_epoch() > 0) {
-      return {a_.shard_steps(), a_.steps_per_epoch()};
-    }
-    absl::StatusOr<std::vector<int64_t>> counts;
-    data::ReaderStats stats;
+    // As ps_worker opens it: the shape counted in one streaming pass over
+    // text files unless data.max_steps or the coordinator has it.
+    absl::StatusOr<worker::TrainingData> opened;
     {
       py::gil_scoped_release release;
-      counts = data::CountShardExamples(d, num_shards_, &stats);
+      opened = worker::OpenTrainingData(a_, train, test, num_shards_);
     }
-    Check(counts.status());
-    const int64_t smallest = *std::min_element(counts->begin(), counts->end());
-    const int64_t per_epoch = smallest / d.batch_size();
-    if (per_epoch < 1) {
-      Check(absl::FailedPreconditionError(absl::StrCat(
-          "no full batch of ", d.batch_size(),
-          " per data shard: the smallest "
-          "of ",
-          num_shards_, " data shards holds ", smallest, " examples")));
-    }
-    return {d.epochs() * per_epoch, per_epoch};
+    Check(opened.status());
+    data_ = *std::move(opened);
+    batches_ = std::make_unique<data::ShardBatches>(
+        data_.open_shard, num_shards_, d.batch_size());
+  }
+
+  // (steps per data shard, steps per epoch) as ps_worker derives them.
+  std::pair<int64_t, int64_t> Shape() const {
+    return {data_.shape.total_steps, data_.shape.steps_per_epoch};
   }
 
   py::dict BatchAt(int shard, int64_t epoch, int64_t index) {
-    if (train_ != nullptr) return IdxBatchAt(shard, epoch, index);
     absl::StatusOr<data::Batch> b;
     {
       py::gil_scoped_release release;
@@ -136,20 +102,18 @@ class Data {
     return ToPython(*std::move(b));
   }
 
-  // The test files in order, up to `max_examples` (0: all), in batches of
+  // The test data in order, up to `max_examples` (0: all), in batches of
   // `batch_size`.
   py::list TestBatches(int batch_size, int64_t max_examples) {
-    if (test_ != nullptr) return IdxTestBatches(batch_size, max_examples);
-    if (test_files_.empty()) {
-      Check(absl::FailedPreconditionError("the job names no data.test_files"));
+    if (data_.open_test == nullptr) {
+      Check(absl::FailedPreconditionError(
+          "the job has no test data (data.test_files)"));
     }
     if (batch_size < 1) {
       Check(absl::InvalidArgumentError("batch_size must be >= 1"));
     }
-    DataSpec in_order = a_.spec().data();
-    in_order.set_shuffle_buffer(0);
     absl::StatusOr<std::unique_ptr<data::BatchReader>> reader =
-        data::OpenSpecReader(in_order, test_files_, 0, {});
+        data_.open_test();
     Check(reader.status());
     py::list out;
     int64_t read = 0;
@@ -171,108 +135,41 @@ class Data {
     return out;
   }
 
-  int64_t bad_lines() const {
-    return batches_ == nullptr ? 0 : batches_->bad_lines();
-  }
+  int64_t bad_lines() const { return batches_->bad_lines(); }
   int num_shards() const { return num_shards_; }
 
  private:
-  void LoadIdx(const std::string& dir) {
+  void LoadIdx(const std::string& dir,
+               std::shared_ptr<const worker::Dataset>& train,
+               std::shared_ptr<const worker::Dataset>& test) {
     worker::DatasetOptions o;
     o.normalize = !a_.spec().data().no_normalize();
-    absl::StatusOr<std::unique_ptr<worker::Dataset>> train, test;
+    absl::StatusOr<std::unique_ptr<worker::Dataset>> tr, te;
     {
       py::gil_scoped_release release;
-      train = worker::LoadFashionMnist(dir, worker::Split::kTrain, o);
-      if (train.ok()) {
-        o.stats = (*train)->stats;
-        test = worker::LoadFashionMnist(dir, worker::Split::kTest, o);
+      tr = worker::LoadFashionMnist(dir, worker::Split::kTrain, o);
+      if (tr.ok()) {
+        o.stats = (*tr)->stats;
+        te = worker::LoadFashionMnist(dir, worker::Split::kTest, o);
       }
     }
-    Check(train.status());
-    Check(test.status());
-    train_ = *std::move(train);
-    test_ = *std::move(test);
-  }
-
-  // `rows` of `set` as a batch: dense images, class labels.
-  static py::dict Gather(const worker::Dataset& set,
-                         absl::Span<const int64_t> rows) {
-    const int64_t n = static_cast<int64_t>(rows.size());
-    const int64_t size = set.example_size();
-    std::vector<float> dense(n * size);
-    std::vector<int32_t> labels(n);
-    for (int64_t i = 0; i < n; ++i) {
-      absl::Span<const float> image = set.image(rows[i]);
-      std::copy(image.begin(), image.end(), dense.begin() + i * size);
-      labels[i] = set.labels[rows[i]];
-    }
-    py::dict out;
-    out["size"] = n;
-    out["first_example"] = 0;
-    out["dense"] = Own(std::move(dense), {n, size});
-    out["labels"] = Own(std::move(labels), {n});
-    out["sparse"] = py::dict();
-    return out;
-  }
-
-  // Batch `index` of data shard `shard` in `epoch`: positions [index *
-  // batch_size, (index + 1) * batch_size) of the shard's slice of the
-  // epoch's permutation (worker/data/sharding.h), as ps_worker trains it.
-  py::dict IdxBatchAt(int shard, int64_t epoch, int64_t index) {
-    const int batch = a_.spec().data().batch_size();
-    if (cached_shard_ != shard || cached_epoch_ != epoch) {
-      const int shards[] = {shard};
-      absl::StatusOr<std::vector<int64_t>> rows = worker::ShardIndices(
-          train_->num_examples, epoch, a_.spec().data().shuffle_seed(), shards,
-          num_shards_);
-      Check(rows.status());
-      cached_rows_ = *std::move(rows);
-      cached_shard_ = shard;
-      cached_epoch_ = epoch;
-    }
-    const int64_t begin = index * batch;
-    if (index < 0 ||
-        begin + batch > static_cast<int64_t>(cached_rows_.size())) {
-      Check(absl::OutOfRangeError(absl::StrCat(
-          "batch ", index, " of data shard ", shard, " in epoch ", epoch,
-          ": the shard holds ", cached_rows_.size(), " examples")));
-    }
-    return Gather(*train_,
-                  absl::MakeConstSpan(cached_rows_).subspan(begin, batch));
-  }
-
-  py::list IdxTestBatches(int batch_size, int64_t max_examples) {
-    if (batch_size < 1) {
-      Check(absl::InvalidArgumentError("batch_size must be >= 1"));
-    }
-    int64_t n = test_->num_examples;
-    if (max_examples > 0) n = std::min(n, max_examples);
-    std::vector<int64_t> rows(n);
-    for (int64_t i = 0; i < n; ++i) rows[i] = i;
-    py::list out;
-    for (int64_t b = 0; b < n; b += batch_size) {
-      out.append(Gather(*test_, absl::MakeConstSpan(rows).subspan(
-                                    b, std::min<int64_t>(batch_size, n - b))));
-    }
-    return out;
+    Check(tr.status());
+    Check(te.status());
+    train = *std::move(tr);
+    test = *std::move(te);
   }
 
   const WorkerAssignment a_;
-  std::unique_ptr<worker::Dataset> train_, test_;  // IDX
-  std::vector<int64_t> cached_rows_;
-  int cached_shard_ = -1;
-  int64_t cached_epoch_ = -1;
-  int num_shards_ = 1;
-  std::vector<std::string> train_files_, test_files_;
+  const int num_shards_;
+  worker::TrainingData data_;
   std::unique_ptr<data::ShardBatches> batches_;
 };
 
 }  // namespace
 
 void BindData(py::module_& m) {
-  py::class_<Data>(m, "Data",
-                   "The job's text-format data through the worker's readers.")
+  py::class_<Data>(
+      m, "Data", "The job's data (IDX or a text format) as ps_worker reads it.")
       .def(py::init<py::handle, const std::string&>(), py::arg("assignment"),
            py::arg("data_root") = "",
            "data_root: the IDX files' directory on this host instead of "

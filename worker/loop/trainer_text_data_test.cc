@@ -1,5 +1,3 @@
-#include "worker/loop/data_trainer.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
@@ -12,6 +10,8 @@
 #include "worker/client/local_parameter_access.h"
 #include "worker/client/parameter_access.h"
 #include "worker/data/data_test_util.h"
+#include "worker/data/spec_readers.h"
+#include "worker/loop/evaluator.h"
 #include "worker/loop/plan_batches.h"
 #include "worker/loop/trainer.h"
 #include "worker/model/layer_model.h"
@@ -130,9 +130,14 @@ void ExpectMfLearns(bool overlap) {
   auto model = model::CreateLayerModel(probe.assignment.spec().model(), 0,
                                        probe.backend.get());
   ASSERT_TRUE(model.ok()) << model.status();
-  const DataSpec& d = probe.assignment.spec().data();
+  DataSpec d = probe.assignment.spec().data();
+  d.set_shuffle_buffer(0);
+  const TestReaderOpener open = [&d, &test] {
+    return data::OpenSpecReader(d, {test}, 0, {});
+  };
   ASSERT_TRUE(
-      ScoreOnTestFiles(**model, *probe.params, d, 0, d.eval_examples()).ok());
+      ScoreOnTestData(**model, probe.params.get(), open, 0, d.eval_examples())
+          .ok());
   const int64_t per_evaluation = probe.params->row_pulls();
   ASSERT_GT(per_evaluation, 0);
   EXPECT_EQ(
@@ -140,11 +145,13 @@ void ExpectMfLearns(bool overlap) {
       (overlap ? 2 : 1) + static_cast<int64_t>(rmse.size()) * per_evaluation);
 }
 
-TEST(DataTrainer, MatrixFactorizationLearnsPlantedRatings) {
+TEST(TrainerOnTextData, MatrixFactorizationLearnsPlantedRatings) {
   ExpectMfLearns(false);
 }
 
-TEST(DataTrainer, OverlappedAspLearnsPlantedRatings) { ExpectMfLearns(true); }
+TEST(TrainerOnTextData, OverlappedAspLearnsPlantedRatings) {
+  ExpectMfLearns(true);
+}
 
 // Records the keys of table 0 whose rows each step computes on, by clock:
 // those a Pull reads at its clock, and those a step's Push or EndStep asks
@@ -196,7 +203,7 @@ Job TwoShardJob(const std::string& train, int rank) {
 
 // The counting pass's shape goes to on_data_shape before the first step,
 // for the coordinator's cuts of data plans.
-TEST(DataTrainer, ReportsTheShapeItCounted) {
+TEST(TrainerOnTextData, ReportsTheShapeItCounted) {
   const std::string train = TempPath("mf_shape.train");
   ASSERT_TRUE(WriteFile(train, PlantedRatings(400, 6)).ok());
   Job j = TwoShardJob(train, 0);
@@ -241,7 +248,7 @@ TEST(DataTrainer, ReportsTheShapeItCounted) {
 // those batches, one per step, exactly as their owner would have: the
 // examples (their users' keys) at each of its clocks are those of the
 // owner's clocks. The plan grows while it trains (current_plan).
-TEST(DataTrainer, FollowsItsPlanBatchByBatch) {
+TEST(TrainerOnTextData, FollowsItsPlanBatchByBatch) {
   const std::string train = TempPath("mf_plan.train");
   ASSERT_TRUE(WriteFile(train, PlantedRatings(400, 7)).ok());
   // The owner: rank 1 on its own data shard, all of it.
@@ -287,7 +294,7 @@ TEST(DataTrainer, FollowsItsPlanBatchByBatch) {
       << "clock 0 trains data shard 0";
 }
 
-TEST(DataTrainer, MaxStepsSkipsTheCountAndWrapsEpochs) {
+TEST(TrainerOnTextData, MaxStepsSkipsTheCountAndWrapsEpochs) {
   const std::string train = TempPath("mf_steps.train");
   ASSERT_TRUE(WriteFile(train, PlantedRatings(100, 3)).ok());
   Job j = MfJob(train, "");
@@ -300,7 +307,7 @@ TEST(DataTrainer, MaxStepsSkipsTheCountAndWrapsEpochs) {
   EXPECT_EQ(r->test_accuracy, -1);  // no test files
 }
 
-TEST(DataTrainer, TooManyBadLinesFailNamingFileAndLine) {
+TEST(TrainerOnTextData, TooManyBadLinesFailNamingFileAndLine) {
   const std::string train = TempPath("mf_bad.train");
   std::string text = PlantedRatings(100, 4);
   for (int i = 0; i < 20; ++i) absl::StrAppend(&text, "1\t2\tnine\t3\n");
@@ -320,7 +327,7 @@ TEST(DataTrainer, TooManyBadLinesFailNamingFileAndLine) {
   }
 }
 
-TEST(DataTrainer, AShardTooSmallForABatchFails) {
+TEST(TrainerOnTextData, AShardTooSmallForABatchFails) {
   const std::string train = TempPath("mf_small.train");
   ASSERT_TRUE(WriteFile(train, PlantedRatings(20, 5)).ok());
   Job j = MfJob(train, "");
@@ -384,7 +391,7 @@ absl::StatusOr<TrainResult> TrainBsp(BspShards& shards, Job& j) {
 
 // A sparse BSP worker that joins while the shards are at step 4 (the
 // others went on) starts there, as the dense pipeline's Join does.
-TEST(DataTrainer, ABspWorkerJoiningLateStartsAtTheShardsStep) {
+TEST(TrainerOnTextData, ABspWorkerJoiningLateStartsAtTheShardsStep) {
   const std::string train = TempPath("mf_join.train");
   ASSERT_TRUE(WriteFile(train, PlantedRatings(1000, 6)).ok());
   Job j = MfJob(train, "");
@@ -401,7 +408,7 @@ TEST(DataTrainer, ABspWorkerJoiningLateStartsAtTheShardsStep) {
 // A sparse BSP worker whose step 2 ended after the job had moved on to
 // step 5 (a backup worker whose gradients came late) catches up: it
 // trains step 5 next instead of steps whose gradients would be dropped.
-TEST(DataTrainer, ABspBackupWorkerCatchesUp) {
+TEST(TrainerOnTextData, ABspBackupWorkerCatchesUp) {
   const std::string train = TempPath("mf_backup.train");
   ASSERT_TRUE(WriteFile(train, PlantedRatings(1000, 7)).ok());
   Job j = MfJob(train, "");
