@@ -2,15 +2,17 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <list>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/platform/clock.h"
 #include "common/platform/status.h"
 #include "worker/data/shard_batches.h"
+#include "worker/loop/batches_ahead.h"
 #include "worker/loop/evaluator.h"
 #include "worker/loop/plan_batches.h"
 #include "worker/loop/step_pipeline.h"
@@ -20,48 +22,6 @@
 
 namespace ps::worker {
 namespace {
-
-// Training batches read ahead of their steps, by step and address: a
-// step's end asks for the rows of a batch ahead (StepPipeline::lookahead),
-// and the loop reads the next batches while a step's end is on its way. A
-// batch whose address the plan has changed since is read again.
-class BatchesAhead {
- public:
-  BatchesAhead(data::ShardBatches* batches, LivePlan* plan)
-      : batches_(batches), plan_(plan) {}
-
-  // The batch of step `step`, read before or now (valid until DropBefore
-  // passes `step`).
-  absl::StatusOr<const data::Batch*> Get(int64_t step) {
-    PS_ASSIGN_OR_RETURN(const PlannedBatch at, plan_->BatchAt(step));
-    for (const Entry& e : entries_) {
-      if (e.step == step && e.at.data_shard == at.data_shard &&
-          e.at.epoch == at.epoch && e.at.index == at.index) {
-        return &e.batch;
-      }
-    }
-    absl::StatusOr<data::Batch> batch =
-        batches_->BatchAt(at.data_shard, at.epoch, at.index);
-    if (!batch.ok()) return Annotate(batch.status(), "training data");
-    entries_.push_back({step, at, *std::move(batch)});
-    return &entries_.back().batch;
-  }
-
-  // Forgets the batches of steps before `step`.
-  void DropBefore(int64_t step) {
-    entries_.remove_if([step](const Entry& e) { return e.step < step; });
-  }
-
- private:
-  struct Entry {
-    int64_t step = 0;
-    PlannedBatch at;
-    data::Batch batch;
-  };
-  data::ShardBatches* const batches_;
-  LivePlan* const plan_;
-  std::list<Entry> entries_;  // a list: Get's pointers outlive insertions
-};
 
 StepPipelineOptions PipelineOptionsFor(const WorkerAssignment& a,
                                        int64_t total_steps) {
@@ -176,10 +136,14 @@ absl::StatusOr<TrainResult> Train(
     };
     PS_ASSIGN_OR_RETURN(const data::Batch* batch, read.Get(pipeline->clock()));
     const data::Batch* ahead = batches_ahead();
-    for (; samples_logged < batches.bad_line_samples().size();
-         ++samples_logged) {
-      std::fprintf(stderr, "worker: bad line %s\n",
-                   batches.bad_line_samples()[samples_logged].c_str());
+    // The next batch is read while this step runs.
+    read.ReadAhead(pipeline->clock() + pipeline->lookahead() + 1);
+    if (data.text) {
+      const std::vector<std::string> samples = read.bad_line_samples();
+      for (; samples_logged < samples.size(); ++samples_logged) {
+        std::fprintf(stderr, "worker: bad line %s\n",
+                     samples[samples_logged].c_str());
+      }
     }
     const absl::Time t1 = clock->Now();
     // The evaluator needs all of the weights before the step.
