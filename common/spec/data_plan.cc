@@ -6,17 +6,14 @@
 #include "absl/strings/str_join.h"
 
 namespace ps {
-namespace {
 
-DataSegment Segment(int data_shard, int64_t first, int64_t end) {
+DataSegment PlanSegment(int data_shard, int64_t first, int64_t end) {
   DataSegment s;
   s.set_data_shard(data_shard);
   s.set_first_batch(first);
   s.set_end_batch(end);
   return s;
 }
-
-}  // namespace
 
 int64_t SegmentEnd(const DataSegment& s, int64_t shard_steps) {
   return s.end_batch() > 0 ? s.end_batch() : shard_steps;
@@ -65,10 +62,11 @@ std::vector<DataSegment> CutPlan(int64_t plan_start, DataPlan* plan,
   for (const PlanRun& r : PlanRuns(plan_start, *plan, shard_steps)) {
     const int64_t split = std::clamp(clock, r.begin, r.end);
     const int64_t at = r.first_batch + (split - r.begin);
-    if (split > r.begin) *kept.Add() = Segment(r.data_shard, r.first_batch, at);
+    if (split > r.begin)
+      *kept.Add() = PlanSegment(r.data_shard, r.first_batch, at);
     if (split < r.end) {
       cut.push_back(
-          Segment(r.data_shard, at, r.first_batch + (r.end - r.begin)));
+          PlanSegment(r.data_shard, at, r.first_batch + (r.end - r.begin)));
     }
   }
   *plan = std::move(kept);
@@ -109,7 +107,7 @@ std::vector<std::vector<DataSegment>> SplitSegments(
       }
       const int64_t end =
           std::min(SegmentEnd(segments[k], shard_steps), next + want);
-      out[part].push_back(Segment(segments[k].data_shard(), next, end));
+      out[part].push_back(PlanSegment(segments[k].data_shard(), next, end));
       want -= end - next;
       next = end;
     }

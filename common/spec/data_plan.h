@@ -20,6 +20,10 @@ namespace ps {
 
 using DataPlan = google::protobuf::RepeatedPtrField<DataSegment>;
 
+// The segment of batches [first, end) of data shard `data_shard` (end 0:
+// to the shard's end).
+DataSegment PlanSegment(int data_shard, int64_t first, int64_t end = 0);
+
 // A segment with its clocks: batches first_batch.. at clocks [begin, end).
 struct PlanRun {
   int data_shard = 0;

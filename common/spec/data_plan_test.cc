@@ -8,14 +8,6 @@
 namespace ps {
 namespace {
 
-DataSegment Seg(int shard, int64_t first, int64_t end = 0) {
-  DataSegment s;
-  s.set_data_shard(shard);
-  s.set_first_batch(first);
-  s.set_end_batch(end);
-  return s;
-}
-
 DataPlan Plan(const std::vector<DataSegment>& segments) {
   DataPlan p;
   for (const DataSegment& s : segments) *p.Add() = s;
@@ -33,7 +25,8 @@ std::string Str(const DataPlan& plan) {
 constexpr int64_t kSteps = 100;  // steps per data shard
 
 TEST(DataPlan, OpenEndedSegmentsRunToTheShardsEnd) {
-  const DataPlan plan = Plan({Seg(2, 0), Seg(0, 40), Seg(1, 10, 20)});
+  const DataPlan plan =
+      Plan({PlanSegment(2, 0), PlanSegment(0, 40), PlanSegment(1, 10, 20)});
   const std::vector<PlanRun> runs = PlanRuns(5, plan, kSteps);
   ASSERT_EQ(runs.size(), 3u);
   EXPECT_EQ(runs[0].data_shard, 2);
@@ -50,7 +43,8 @@ TEST(DataPlan, OpenEndedSegmentsRunToTheShardsEnd) {
 }
 
 TEST(DataPlan, EmptySegmentsTakeNoClock) {
-  const DataPlan plan = Plan({Seg(0, 100), Seg(1, 7, 7), Seg(2, 90)});
+  const DataPlan plan =
+      Plan({PlanSegment(0, 100), PlanSegment(1, 7, 7), PlanSegment(2, 90)});
   const std::vector<PlanRun> runs = PlanRuns(0, plan, kSteps);
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].data_shard, 2);
@@ -59,7 +53,7 @@ TEST(DataPlan, EmptySegmentsTakeNoClock) {
 }
 
 TEST(DataPlan, BatchesBeforeAClock) {
-  const DataPlan plan = Plan({Seg(0, 0), Seg(1, 50)});
+  const DataPlan plan = Plan({PlanSegment(0, 0), PlanSegment(1, 50)});
   struct Case {
     int64_t clock, want;
   } cases[] = {{0, 0}, {10, 0}, {11, 1}, {110, 100}, {130, 120}, {999, 150}};
@@ -70,17 +64,17 @@ TEST(DataPlan, BatchesBeforeAClock) {
 }
 
 TEST(DataPlan, CutKeepsWhatCameBeforeTheClock) {
-  DataPlan plan = Plan({Seg(0, 0), Seg(1, 50)});
+  DataPlan plan = Plan({PlanSegment(0, 0), PlanSegment(1, 50)});
   const std::vector<DataSegment> rest = CutPlan(0, &plan, 30, kSteps);
   EXPECT_EQ(Str(plan), "shard 0 batches 0-29");
   EXPECT_EQ(Str(rest), "shard 0 batches 30-99, shard 1 batches 50-99");
   EXPECT_EQ(PlanEnd(0, plan, kSteps), 30);
 
-  DataPlan inside = Plan({Seg(0, 0), Seg(1, 50)});
+  DataPlan inside = Plan({PlanSegment(0, 0), PlanSegment(1, 50)});
   EXPECT_EQ(Str(CutPlan(0, &inside, 120, kSteps)), "shard 1 batches 70-99");
   EXPECT_EQ(Str(inside), "shard 0 batches 0-99, shard 1 batches 50-69");
 
-  DataPlan all = Plan({Seg(0, 0)});
+  DataPlan all = Plan({PlanSegment(0, 0, 0)});
   EXPECT_TRUE(CutPlan(0, &all, 100, kSteps).empty());
   EXPECT_EQ(Str(all), "shard 0 batches 0-99");
   EXPECT_EQ(Str(CutPlan(0, &all, 0, kSteps)), "shard 0 batches 0-99");
@@ -90,8 +84,9 @@ TEST(DataPlan, CutKeepsWhatCameBeforeTheClock) {
 TEST(DataPlan, OnlyTheTailOfAShardIsTakenBack) {
   // Shard 1's runs: one in the middle (kept: taking it would move shard
   // 2's batches to other clocks) and the last two.
-  DataPlan plan = Plan(
-      {Seg(0, 0), Seg(1, 0, 10), Seg(2, 0, 10), Seg(1, 40, 60), Seg(1, 80)});
+  DataPlan plan =
+      Plan({PlanSegment(0, 0), PlanSegment(1, 0, 10), PlanSegment(2, 0, 10),
+            PlanSegment(1, 40, 60), PlanSegment(1, 80)});
   // Clocks: shard 0 0-99, shard 1 100-109, shard 2 110-119, shard 1
   // 120-139 and 140-159.
   EXPECT_EQ(Str(CutShardTail(0, &plan, 1, 130, kSteps)),
@@ -107,15 +102,16 @@ TEST(DataPlan, OnlyTheTailOfAShardIsTakenBack) {
 }
 
 TEST(DataPlan, SplitsIntoNearlyEqualConsecutivePieces) {
-  const std::vector<DataSegment> left = {Seg(3, 93), Seg(1, 0, 4)};  // 11
+  const std::vector<DataSegment> left = {PlanSegment(3, 93),
+                                         PlanSegment(1, 0, 4)};  // 11
   const auto pieces = SplitSegments(left, 3, kSteps);
   ASSERT_EQ(pieces.size(), 3u);
   EXPECT_EQ(Str(pieces[0]), "shard 3 batches 93-96");
   EXPECT_EQ(Str(pieces[1]), "shard 3 batches 97-99, shard 1 batches 0-0");
   EXPECT_EQ(Str(pieces[2]), "shard 1 batches 1-3");
-  EXPECT_EQ(SplitSegments({Seg(0, 98)}, 5, kSteps).size(), 2u)
+  EXPECT_EQ(SplitSegments({PlanSegment(0, 98)}, 5, kSteps).size(), 2u)
       << "no more pieces than batches";
-  EXPECT_TRUE(SplitSegments({Seg(0, 100)}, 2, kSteps).empty());
+  EXPECT_TRUE(SplitSegments({PlanSegment(0, 100)}, 2, kSteps).empty());
   EXPECT_TRUE(SplitSegments({}, 2, kSteps).empty());
 }
 

@@ -20,14 +20,6 @@ namespace {
 constexpr int64_t kSteps = 1000;  // per data shard (max_steps)
 constexpr int kBatch = 10;
 
-DataSegment Seg(int shard, int64_t first, int64_t end) {
-  DataSegment s;
-  s.set_data_shard(shard);
-  s.set_first_batch(first);
-  s.set_end_batch(end);
-  return s;
-}
-
 // "shard:first-end" per segment, for readable comparisons.
 std::vector<std::string> Plan(const WorkerSlot& s) {
   std::vector<std::string> out;
@@ -142,7 +134,7 @@ TEST_F(LeftoverDataTest, AspTrainSpreadsTheRestOverTheSurvivors) {
 TEST_F(LeftoverDataTest, ASecondDepartureMovesWhatTheFirstHadInherited) {
   Job& job = Start(3, ConsistencySpec::ASP);
   // Rank 1 already carries 10 more batches.
-  *job.record.mutable_slots(1)->add_plan() = Seg(7, 0, 10);
+  *job.record.mutable_slots(1)->add_plan() = PlanSegment(7, 0, 10);
   Evict(job, 1);  // 1000 batches: 500 each
   EXPECT_EQ(End(job.record.slots(1)), 1510);
   EXPECT_EQ(End(job.record.slots(2)), 1500);
@@ -153,8 +145,9 @@ TEST_F(LeftoverDataTest, ASecondDepartureMovesWhatTheFirstHadInherited) {
 
 TEST_F(LeftoverDataTest, AspUnevenPartsPreferTheShorterPlan) {
   Job& job = Start(3, ConsistencySpec::ASP);
-  *job.record.mutable_slots(1)->add_plan() = Seg(7, 0, 10);  // ends at 1010
-  job.runtime[1].clock = 1;  // 999 batches left: 500 and 499
+  *job.record.mutable_slots(1)->add_plan() =
+      PlanSegment(7, 0, 10);  // ends at 1010
+  job.runtime[1].clock = 1;   // 999 batches left: 500 and 499
   Evict(job, 1);
   EXPECT_EQ(End(job.record.slots(2)), 1500) << "rank 2 ended first: 500";
   EXPECT_EQ(End(job.record.slots(1)), 1509);

@@ -186,14 +186,6 @@ TEST_F(ReconcilerTest, ARollbackRestartsEveryWorkerAtTheRestoredStep) {
   EXPECT_EQ(job.events[0].message(), "shard(s) 1 restarted");
 }
 
-DataSegment Segment(int shard, int64_t first, int64_t end) {
-  DataSegment d;
-  d.set_data_shard(shard);
-  d.set_first_batch(first);
-  d.set_end_batch(end);
-  return d;
-}
-
 // Under ASP, with data plans: a finished worker trains the undone steps
 // again, a worker that joined after the restored step starts at its plan's
 // start (not at its first batch again and again), and the batches a
@@ -208,14 +200,14 @@ TEST_F(ReconcilerTest, ARollbackUndoesEveryWorkersStepsAfterIt) {
   r.set_final_evaluation(true);
   WorkerSlot& done = *r.mutable_slots(0);  // trained all of shard 0
   done.set_done(true);
-  *done.add_plan() = Segment(0, 0, 100);
+  *done.add_plan() = PlanSegment(0, 0, 100);
   WorkerSlot& joined = *r.mutable_slots(1);  // rejoined at step 80
   joined.set_plan_start(80);
-  *joined.add_plan() = Segment(1, 60, 100);
+  *joined.add_plan() = PlanSegment(1, 60, 100);
   WorkerSlot& gone = *r.add_slots();  // left at step 70
   gone.set_member_id(3);
   gone.set_rank(2);
-  *gone.add_plan() = Segment(2, 0, 70);
+  *gone.add_plan() = PlanSegment(2, 0, 70);
   job.runtime[1].clock = 100;
   job.runtime[2].clock = 90;
   RollbackResult rollback;

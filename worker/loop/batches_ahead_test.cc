@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/spec/data_plan.h"
 
 namespace ps::worker {
 namespace {
@@ -53,14 +54,6 @@ class NumberedReader : public data::BatchReader {
   const int64_t fail_at_;
 };
 
-DataSegment Seg(int shard, int64_t first, int64_t end) {
-  DataSegment s;
-  s.set_data_shard(shard);
-  s.set_first_batch(first);
-  s.set_end_batch(end);
-  return s;
-}
-
 // Two data shards of 40 examples in batches of 10 (4 a pass, steps per
 // epoch 4); the plan: shard 0's batches 0-5 at clocks 0-5, then shard 1's
 // batches 2-3.
@@ -74,8 +67,8 @@ struct Fixture {
             },
             2, 10) {
     a.set_num_data_shards(2);
-    *a.add_plan() = Seg(0, 0, 6);
-    *a.add_plan() = Seg(1, 2, 4);
+    *a.add_plan() = PlanSegment(0, 0, 6);
+    *a.add_plan() = PlanSegment(1, 2, 4);
   }
   float First(const data::Batch* b) { return b->dense.front(); }
 

@@ -5,24 +5,18 @@
 #include <tuple>
 #include <vector>
 
+#include "common/spec/data_plan.h"
+
 namespace ps::worker {
 namespace {
-
-DataSegment Seg(int shard, int64_t first, int64_t end) {
-  DataSegment s;
-  s.set_data_shard(shard);
-  s.set_first_batch(first);
-  s.set_end_batch(end);
-  return s;
-}
 
 TEST(PlanBatches, AClockNamesItsDataShardEpochAndBatch) {
   WorkerAssignment a;
   a.set_plan_start(10);
-  *a.add_plan() = Seg(1, 0, 0);    // clocks 10-109: shard 1, batches 0-99
-  *a.add_plan() = Seg(0, 95, 98);  // clocks 110-112: shard 0, 95-97
-  *a.add_plan() = Seg(2, 40, 40);  // empty
-  *a.add_plan() = Seg(2, 30, 32);  // clocks 113-114
+  *a.add_plan() = PlanSegment(1, 0, 0);  // clocks 10-109: shard 1, batches 0-99
+  *a.add_plan() = PlanSegment(0, 95, 98);  // clocks 110-112: shard 0, 95-97
+  *a.add_plan() = PlanSegment(2, 40, 40);  // empty
+  *a.add_plan() = PlanSegment(2, 30, 32);  // clocks 113-114
   const WorkerPlan plan = PlanOf(a);
   struct Case {
     int64_t clock;
@@ -70,11 +64,11 @@ TEST(PlanBatches, TheCoordinatorsCutAndTheWorkersReadingAgree) {
   // What a survivor is given is what the leaver would have trained, batch
   // for batch.
   DataPlan leaver;
-  *leaver.Add() = Seg(0, 0, 0);
+  *leaver.Add() = PlanSegment(0, 0, 0);
   WorkerPlan before{0, leaver};
   std::vector<DataSegment> cut = CutPlan(0, &leaver, 37, 100);
   WorkerPlan survivor;
-  *survivor.segments.Add() = Seg(1, 0, 0);
+  *survivor.segments.Add() = PlanSegment(1, 0, 0);
   for (const DataSegment& d : cut) *survivor.segments.Add() = d;
   for (int64_t k = 0; k < 63; ++k) {
     absl::StatusOr<PlannedBatch> want = PlanBatchAt(before, 37 + k, 100, 30);
@@ -96,7 +90,7 @@ namespace {
 TEST(LivePlan, FollowsThePlanAsItChanges) {
   WorkerAssignment a;
   a.set_plan_start(10);
-  *a.add_plan() = Seg(1, 0, 5);  // clocks 10-14
+  *a.add_plan() = PlanSegment(1, 0, 5);  // clocks 10-14
   WorkerPlan now = PlanOf(a);
   LivePlan plan(a, [&now] { return now; },
                 {.steps_per_epoch = 20, .total_steps = 100});
@@ -107,14 +101,14 @@ TEST(LivePlan, FollowsThePlanAsItChanges) {
   EXPECT_EQ(plan.BatchAt(12)->batch, 2);
   EXPECT_EQ(plan.BatchAt(15).status().code(), absl::StatusCode::kOutOfRange);
   // A leaver's batches appended.
-  *now.segments.Add() = Seg(0, 3, 5);
+  *now.segments.Add() = PlanSegment(0, 3, 5);
   EXPECT_EQ(plan.End(), 17);
   EXPECT_EQ(
       std::make_tuple(plan.BatchAt(16)->data_shard, plan.BatchAt(16)->batch),
       std::make_tuple(0, 4));
   // A rejoining worker took shard 1 back after batch 2.
   now.segments.Clear();
-  *now.segments.Add() = Seg(1, 0, 2);
+  *now.segments.Add() = PlanSegment(1, 0, 2);
   EXPECT_EQ(plan.End(), 12);
   // Without a source the assignment's plan stays.
   LivePlan fixed(a, nullptr, {.steps_per_epoch = 20, .total_steps = 100});
