@@ -83,6 +83,7 @@ absl::StatusOr<TrainResult> Train(
   if (options.on_data_shape) {
     options.on_data_shape(data.shape.total_steps, data.shape.steps_per_epoch);
   }
+  // Read by `read`'s thread only.
   data::ShardBatches batches(data.open_shard, num_shards,
                              spec.data().batch_size());
   // The plan, read again before every step: it grows when a leaver's
@@ -180,7 +181,7 @@ absl::StatusOr<TrainResult> Train(
       window.Report(done, sink);
       if (data.text) {
         const int64_t bad = data.counted_bad_lines >= 0 ? data.counted_bad_lines
-                                                        : batches.bad_lines();
+                                                        : read.bad_lines();
         sink({stamp.Point("bad_lines", static_cast<double>(bad), done)}, false);
       }
     }
