@@ -127,11 +127,7 @@ std::vector<std::string> Names(FileSystem* fs, const std::string& dir) {
 
 }  // namespace
 
-absl::StatusOr<std::string> WriteCheckpoint(FileSystem* fs,
-                                            const std::string& dir,
-                                            const CheckpointData& data,
-                                            int keep) {
-  PS_RETURN_IF_ERROR(fs->CreateDirs(dir));
+std::string EncodeCheckpoint(const CheckpointData& data) {
   std::string out(kMagic, sizeof(kMagic));
   std::string header;
   PutBytes(&header, data.job_id);
@@ -172,6 +168,15 @@ absl::StatusOr<std::string> WriteCheckpoint(FileSystem* fs,
     }
   }
   out.append(kEndMagic, sizeof(kEndMagic));
+  return out;
+}
+
+absl::StatusOr<std::string> WriteCheckpoint(FileSystem* fs,
+                                            const std::string& dir,
+                                            const CheckpointData& data,
+                                            int keep) {
+  PS_RETURN_IF_ERROR(fs->CreateDirs(dir));
+  const std::string out = EncodeCheckpoint(data);
   const std::string path = absl::StrCat(
       dir, "/", MakeName(data.version, data.shard_index, data.num_shards));
   PS_RETURN_IF_ERROR(WriteFileAtomically(fs, path, out));
@@ -234,6 +239,11 @@ absl::Status ReadSparseTables(const std::string& contents,
 absl::StatusOr<CheckpointData> ReadCheckpoint(FileSystem* fs,
                                               const std::string& path) {
   PS_ASSIGN_OR_RETURN(std::string contents, fs->ReadFile(path));
+  return DecodeCheckpoint(contents, path);
+}
+
+absl::StatusOr<CheckpointData> DecodeCheckpoint(const std::string& contents,
+                                                const std::string& path) {
   Reader r(contents, path);
   char magic[8];
   for (char& c : magic) PS_RETURN_IF_ERROR(r.Get(&c));

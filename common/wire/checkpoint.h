@@ -69,6 +69,13 @@ absl::StatusOr<std::string> WriteCheckpoint(FileSystem* fs,
                                             const CheckpointData& data,
                                             int keep);
 
+// The bytes of `data` as WriteCheckpoint writes them, and back (`name`
+// names the bytes in errors, as ReadCheckpoint's path does): a checkpoint
+// sent instead of written (a replicated shard's state transfer).
+std::string EncodeCheckpoint(const CheckpointData& data);
+absl::StatusOr<CheckpointData> DecodeCheckpoint(const std::string& contents,
+                                                const std::string& name);
+
 // Reads and verifies one file. DATA_LOSS names the file and what is wrong
 // (bad magic, truncated, checksum mismatch of chunk i).
 absl::StatusOr<CheckpointData> ReadCheckpoint(FileSystem* fs,

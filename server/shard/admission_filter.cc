@@ -18,6 +18,27 @@ AdmissionFilter::AdmissionFilter(const AdmissionSpec& spec)
   }
 }
 
+std::string AdmissionFilter::Counters() const {
+  std::string out(width_ * depth_ * sizeof(uint16_t), '\0');
+  for (uint64_t i = 0; i < width_ * depth_; ++i) {
+    const uint16_t v = counters_[i].load(std::memory_order_relaxed);
+    out[2 * i] = static_cast<char>(v & 0xFF);
+    out[2 * i + 1] = static_cast<char>(v >> 8);
+  }
+  return out;
+}
+
+bool AdmissionFilter::LoadCounters(absl::string_view counters) {
+  if (counters.size() != width_ * depth_ * sizeof(uint16_t)) return false;
+  for (uint64_t i = 0; i < width_ * depth_; ++i) {
+    const auto lo = static_cast<uint8_t>(counters[2 * i]);
+    const auto hi = static_cast<uint8_t>(counters[2 * i + 1]);
+    counters_[i].store(static_cast<uint16_t>(lo | (hi << 8)),
+                       std::memory_order_relaxed);
+  }
+  return true;
+}
+
 size_t AdmissionFilter::Index(int row, uint64_t key) const {
   // One independent hash per row: Mix64 of the key under a salt per row
   // (independent of key_placement's and the row map's salts).

@@ -14,7 +14,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 
+#include "absl/strings/string_view.h"
 #include "proto/config.pb.h"
 
 namespace ps::server {
@@ -28,6 +30,11 @@ class AdmissionFilter {
   bool Count(uint64_t key);
   // Whether `key`'s count has reached min_count, without counting.
   bool Admitted(uint64_t key) const;
+
+  // The counters as bytes (little-endian uint16s, row by row), and back:
+  // false if `counters` is not the size of this filter's.
+  std::string Counters() const;
+  bool LoadCounters(absl::string_view counters);
 
   int64_t bytes() const {
     return static_cast<int64_t>(sizeof(uint16_t)) * width_ * depth_;

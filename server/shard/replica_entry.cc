@@ -135,6 +135,24 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
                                          : " (the coordinator sets it up "
                                            "first)"));
   }
+  if (request.has_image() && request.image().index() > image_index_) {
+    // A state transfer: once what is held is applied, the image replaces
+    // it (whatever this copy held: the primary sends one only to a backup
+    // it builds), and the entries after it follow. A resend of the image
+    // installed last is skipped.
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopped_ || applied_ == held_;
+    };
+    mu_.Await(absl::Condition(&idle));
+    if (stopped_) return absl::UnavailableError("the replica stopped");
+    PS_RETURN_IF_ERROR(store_->Install(request.job_id(), request.image()));
+    image_index_ = request.image().index();
+    held_ = applied_ = image_index_;
+    ShardLog(absl::StrCat("shard ", request.shard(), " of job '",
+                          request.job_id(),
+                          "': backup state installed at entry ", image_index_,
+                          " (version ", request.image().version(), ")"));
+  }
   for (const ReplicaEntry& entry : request.entries()) {
     if (entry.index() <= held_) continue;  // a resend
     if (entry.index() != held_ + 1) {

@@ -54,7 +54,9 @@ class ReplicaApplier {
   ~ReplicaApplier();  // Stop()
 
   // Holds the entries above held_index(), which must follow it without a
-  // gap (FAILED_PRECONDITION otherwise); refuses a primary of another
+  // gap (FAILED_PRECONDITION otherwise); a request with an image (a state
+  // transfer) first makes the store that state (ShardStore::Install) and
+  // holds entries up to its index; refuses a primary of another
   // epoch (FAILED_PRECONDITION: an older one was deposed). Waits while the
   // entries not yet applied pass kMaxQueuedBytes (the primary then waits
   // too). An entry whose result here differs from the primary's is counted
@@ -86,6 +88,8 @@ class ReplicaApplier {
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t mismatches_ ABSL_GUARDED_BY(mu_) = 0;
+  // The index of the image installed last (a state transfer); -1: none.
+  int64_t image_index_ ABSL_GUARDED_BY(mu_) = -1;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -22,16 +22,54 @@ constexpr absl::Duration kSendTimeout = absl::Seconds(5);
 
 ReplicatedShard::ReplicatedShard(
     ShardStore* store, std::string job_id, int shard, int64_t epoch,
-    std::vector<std::unique_ptr<ReplicaLink>> backups)
+    std::vector<std::unique_ptr<ReplicaLink>> backups, bool transfer)
     : store_(store), job_id_(std::move(job_id)), shard_(shard), epoch_(epoch) {
-  absl::MutexLock l(&mu_);
-  for (auto& link : backups) {
-    auto b = std::make_unique<Backup>();
-    b->link = std::move(link);
-    Backup* raw = b.get();
-    backups_.push_back(std::move(b));
-    raw->sender = std::thread([this, raw] { Send(raw); });
+  absl::MutexLock turn(&turn_);
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& link : backups) AddBackupLocked(std::move(link), transfer);
   }
+  TakeImage();
+}
+
+void ReplicatedShard::AddBackupLocked(std::unique_ptr<ReplicaLink> link,
+                                      bool building) {
+  auto b = std::make_unique<Backup>();
+  b->link = std::move(link);
+  if (building) {
+    b->stage = Backup::kWaitImage;
+    wants_image_ = true;
+  }
+  Backup* raw = b.get();
+  backups_.push_back(std::move(b));
+  raw->sender = std::thread([this, raw] { Send(raw); });
+}
+
+void ReplicatedShard::TakeImage() {
+  {
+    absl::MutexLock l(&mu_);
+    if (!wants_image_ || stopped_) return;
+  }
+  // Under the turn nothing changes the shard; BSP refuses mid-step, and
+  // the next change (the step's close among them) tries again.
+  const absl::Time start = absl::Now();
+  absl::StatusOr<ShardImage> image = store_->Image(job_id_);
+  if (!image.ok()) return;
+  const absl::Duration took = absl::Now() - start;
+  absl::MutexLock l(&mu_);
+  image->set_index(applied_);
+  auto shared = std::make_shared<const ShardImage>(*std::move(image));
+  for (auto& b : backups_) {
+    if (b->removed || b->stage != Backup::kWaitImage) continue;
+    b->stage = Backup::kSendImage;
+    b->image = shared;
+    ShardLog(absl::StrCat(
+        "shard ", shard_, " of job '", job_id_, "': state transfer to backup ",
+        b->link->address(), " from entry ", applied_, " (version ",
+        shared->version(), ", ", shared->ByteSizeLong(), " bytes, taken in ",
+        absl::FormatDuration(took), " while the shard waited)"));
+  }
+  wants_image_ = false;
 }
 
 ReplicatedShard::~ReplicatedShard() { Stop(); }
@@ -51,14 +89,26 @@ void ReplicatedShard::Stop() {
 int64_t ReplicatedShard::AckedLocked() const {
   int64_t acked = applied_;
   for (const auto& b : backups_) {
-    if (!b->removed) acked = std::min(acked, b->acked);
+    if (!b->removed && b->stage >= Backup::kCatchUp) {
+      acked = std::min(acked, b->acked);
+    }
   }
   return acked;
 }
 
+int64_t ReplicatedShard::NeededLocked() const {
+  int64_t needed = AckedLocked();
+  for (const auto& b : backups_) {
+    if (!b->removed && b->stage == Backup::kSendImage) {
+      needed = std::min(needed, std::max(b->acked, b->image->index()));
+    }
+  }
+  return needed;
+}
+
 void ReplicatedShard::TrimLocked() {
-  const int64_t acked = AckedLocked();
-  while (!log_.empty() && first_index_ <= acked) {
+  const int64_t needed = NeededLocked();
+  while (!log_.empty() && first_index_ <= needed) {
     log_.pop_front();
     ++first_index_;
   }
@@ -124,6 +174,7 @@ absl::StatusOr<PushResult> ReplicatedShard::Push(const PushArgs& args,
     *entry.mutable_push() = PushEntryOf(args);
     entry.set_code(static_cast<int>(result.status().code()));
     index = Append(std::move(entry));
+    TakeImage();
   }
   PS_RETURN_IF_ERROR(AwaitAcked(index, deadline));
   return result;
@@ -166,6 +217,7 @@ absl::StatusOr<PullResult> ReplicatedShard::PullWithRows(
       ReplicaEntry entry;
       *entry.mutable_pull() = PullEntryOf(args);
       index = Append(std::move(entry));
+      TakeImage();
       break;
     }
   }
@@ -184,24 +236,45 @@ absl::StatusOr<UpdateMembershipResponse> ReplicatedShard::UpdateMembership(
     *entry.mutable_membership() = request;
     entry.set_code(static_cast<int>(result.status().code()));
     index = Append(std::move(entry));
+    TakeImage();
   }
   PS_RETURN_IF_ERROR(AwaitAcked(index, absl::Now() + absl::Seconds(30)));
   return result;
 }
 
-void ReplicatedShard::KeepBackups(const std::vector<std::string>& addresses) {
-  absl::MutexLock l(&mu_);
-  for (auto& b : backups_) {
-    if (b->removed || std::find(addresses.begin(), addresses.end(),
-                                b->link->address()) != addresses.end()) {
-      continue;
+void ReplicatedShard::SetBackups(const std::vector<std::string>& addresses,
+                                 const ReplicaLinkFactory& links) {
+  absl::MutexLock turn(&turn_);
+  {
+    absl::MutexLock l(&mu_);
+    std::vector<std::string> held;
+    for (auto& b : backups_) {
+      if (b->removed) continue;
+      if (std::find(addresses.begin(), addresses.end(), b->link->address()) !=
+          addresses.end()) {
+        held.push_back(b->link->address());
+        continue;
+      }
+      b->removed = true;
+      ShardLog(absl::StrCat("shard ", shard_, " of job '", job_id_,
+                            "': backup ", b->link->address(),
+                            " dropped (entries up to ", b->acked, " of ",
+                            applied_, ")"));
     }
-    b->removed = true;
-    ShardLog(absl::StrCat("shard ", shard_, " of job '", job_id_, "': backup ",
-                          b->link->address(), " dropped (entries up to ",
-                          b->acked, " of ", applied_, ")"));
+    if (!stopped_) {
+      for (const std::string& address : addresses) {
+        if (std::find(held.begin(), held.end(), address) != held.end()) {
+          continue;
+        }
+        ShardLog(absl::StrCat("shard ", shard_, " of job '", job_id_,
+                              "': new backup ", address,
+                              " (built by a state transfer)"));
+        AddBackupLocked(links(address), /*building=*/true);
+      }
+    }
+    TrimLocked();
   }
-  TrimLocked();
+  TakeImage();
 }
 
 int64_t ReplicatedShard::applied_index() const {
@@ -214,7 +287,8 @@ std::vector<BackupStatus> ReplicatedShard::Backups() const {
   std::vector<BackupStatus> out;
   for (const auto& b : backups_) {
     if (b->removed) continue;
-    out.push_back({b->link->address(), b->acked, b->last_error});
+    out.push_back({b->link->address(), b->acked, b->last_error,
+                   b->stage != Backup::kInSync});
   }
   return out;
 }
@@ -223,15 +297,21 @@ void ReplicatedShard::Send(Backup* b) {
   absl::Duration backoff = absl::Milliseconds(20);
   while (true) {
     std::vector<EntryRef> batch;
+    std::shared_ptr<const ShardImage> image;
     {
       absl::MutexLock l(&mu_);
       auto work = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopped_ || b->removed || b->acked < applied_;
+        return stopped_ || b->removed ||
+               (b->stage != Backup::kWaitImage &&
+                (b->acked < applied_ || b->image != nullptr));
       };
       mu_.Await(absl::Condition(&work));
       if (stopped_ || b->removed) return;
-      size_t bytes = 0;
-      for (int64_t i = std::max(b->acked + 1, first_index_);
+      image = b->image;
+      const int64_t from =
+          image != nullptr ? std::max(b->acked, image->index()) : b->acked;
+      size_t bytes = image != nullptr ? image->ByteSizeLong() : 0;
+      for (int64_t i = std::max(from + 1, first_index_);
            i <= applied_ && (batch.empty() || bytes < kMaxBatchBytes); ++i) {
         batch.push_back(log_[i - first_index_]);
         bytes += batch.back()->ByteSizeLong();
@@ -241,6 +321,7 @@ void ReplicatedShard::Send(Backup* b) {
     request.set_job_id(job_id_);
     request.set_shard(shard_);
     request.set_replica_epoch(epoch_);
+    if (image != nullptr) *request.mutable_image() = *image;
     for (const EntryRef& e : batch) *request.add_entries() = *e;
     absl::StatusOr<ReplicateResponse> r =
         b->link->Send(request, absl::Now() + kSendTimeout);
@@ -248,6 +329,19 @@ void ReplicatedShard::Send(Backup* b) {
       absl::MutexLock l(&mu_);
       if (r.ok()) {
         b->acked = std::max(b->acked, r->applied_index());
+        if (b->stage == Backup::kSendImage && b->acked >= b->image->index()) {
+          // Answers wait for it from now on; those given before did not.
+          b->stage = Backup::kCatchUp;
+          b->image.reset();
+          b->join = applied_;
+        }
+        if (b->stage == Backup::kCatchUp && b->acked >= b->join) {
+          b->stage = Backup::kInSync;
+          ShardLog(absl::StrCat("shard ", shard_, " of job '", job_id_,
+                                "': backup ", b->link->address(),
+                                " is in sync at entry ", b->acked,
+                                " (state transfer done)"));
+        }
         if (!b->last_error.empty()) {
           ShardLog(absl::StrCat("shard ", shard_, " of job '", job_id_,
                                 "': backup ", b->link->address(),

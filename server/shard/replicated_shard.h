@@ -24,6 +24,16 @@
 // Each backup has a sender thread that sends the entries it does not hold
 // yet, in batches, one call in flight, retrying (with backoff) until the
 // backup holds them or is removed.
+//
+// State transfer. A backup added to a running shard (SetBackups with a new
+// address, or the backups a promoted primary is given) starts from an
+// image of the shard (shard_image.h), taken under the turn between two
+// changes -- under BSP at the first step close -- and then gets the
+// entries after it. Answers do not wait for it until it holds the image;
+// from then on they do, and once it also holds every entry applied at
+// that moment (all that was answered without it) it is in sync. Until
+// then it is "building" (ShardStatus.Backup.building), and the
+// coordinator does not promote it.
 #ifndef PS_SERVER_SHARD_REPLICATED_SHARD_H_
 #define PS_SERVER_SHARD_REPLICATED_SHARD_H_
 
@@ -62,14 +72,19 @@ struct BackupStatus {
   std::string address;
   int64_t acked_index = 0;
   std::string last_error;  // empty while it answers
+  bool building = false;   // a state transfer not yet caught up
 };
 
 class ReplicatedShard {
  public:
   // `store` holds the shard (set up already) and outlives this object.
+  // `backups` start where this shard is (a job's start, all at its
+  // initial state) unless `transfer`: then each first gets an image (a
+  // promoted backup's remaining backups followed another primary).
   ReplicatedShard(ShardStore* store, std::string job_id, int shard,
                   int64_t epoch,
-                  std::vector<std::unique_ptr<ReplicaLink>> backups);
+                  std::vector<std::unique_ptr<ReplicaLink>> backups,
+                  bool transfer = false);
   ~ReplicatedShard();  // Stop()
 
   // ShardStore's calls for this shard, replicated as the file comment says.
@@ -81,9 +96,10 @@ class ReplicatedShard {
       const UpdateMembershipRequest& request);
 
   // The coordinator's backups from now on: those not at `addresses` are
-  // dropped (answers stop waiting for them). A new backup needs a state
-  // transfer first, so none is added here.
-  void KeepBackups(const std::vector<std::string>& addresses);
+  // dropped (answers stop waiting for them), and those new here are added
+  // through `links`, each built by a state transfer.
+  void SetBackups(const std::vector<std::string>& addresses,
+                  const ReplicaLinkFactory& links);
 
   // Releases every waiting answer with UNAVAILABLE and stops the senders.
   void Stop();
@@ -97,6 +113,13 @@ class ReplicatedShard {
     std::unique_ptr<ReplicaLink> link;
     int64_t acked = 0;
     bool removed = false;
+    // A state transfer's stages, as the file comment says: waiting for
+    // an image to be taken, sending it (with every call until held),
+    // catching up to `join` (answers wait for it), in sync.
+    enum Stage { kWaitImage, kSendImage, kCatchUp, kInSync };
+    Stage stage = kInSync;
+    std::shared_ptr<const ShardImage> image;
+    int64_t join = 0;
     std::string last_error;
     std::thread sender;
   };
@@ -104,10 +127,17 @@ class ReplicatedShard {
 
   // Appends `entry` (its index set here) under the turn.
   int64_t Append(ReplicaEntry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(turn_);
+  // Under the turn: gives the building backups waiting for one an image of
+  // the shard, if it can be taken now (BSP: between steps).
+  void TakeImage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(turn_);
+  void AddBackupLocked(std::unique_ptr<ReplicaLink> link, bool building)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until every backup holds entries up to `index`: OK, or
   // UNAVAILABLE (stopped), DEADLINE_EXCEEDED naming what is missing.
   absl::Status AwaitAcked(int64_t index, absl::Time deadline);
   int64_t AckedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first entry some backup may still need.
+  int64_t NeededLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TrimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Send(Backup* backup);
 
@@ -126,6 +156,8 @@ class ReplicatedShard {
   int64_t first_index_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<std::unique_ptr<Backup>> backups_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // A building backup waits for an image (TakeImage).
+  bool wants_image_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ps::server

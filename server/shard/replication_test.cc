@@ -1,9 +1,9 @@
 // Replicated shards in one process: a primary's router feeding a backup's
 // router through a link that calls it directly. Under concurrent workers
 // the backup ends bit for bit where the primary is (weights, Adam moments,
-// step counts, sparse rows with their slots, versions); answers wait for
-// the backup; a promoted backup answers a retried push as a duplicate; a
-// deposed primary is refused.
+// step counts, sparse rows with their slots, versions), also one built by
+// a state transfer mid-job; answers wait for the backup; a promoted backup
+// answers a retried push as a duplicate; a deposed primary is refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -254,6 +254,23 @@ void ExpectSameState(const CheckpointData& a, const CheckpointData& b) {
   }
 }
 
+// ASP workers 1..`workers` on threads, each pulling rows and pushing its
+// steps [from, to) to `primary` (seq = step + 1); join them.
+std::vector<std::thread> AspWorkers(ShardStore& primary, int workers,
+                                    int64_t from, int64_t to) {
+  std::vector<std::thread> threads;
+  for (int64_t w = 1; w <= workers; ++w) {
+    threads.emplace_back([&primary, w, from, to] {
+      for (int64_t step = from; step < to; ++step) {
+        ASSERT_TRUE(PullKeys(primary, w, step, 0).ok());
+        auto r = PushStep(primary, w, step + 1, step, true);
+        ASSERT_TRUE(r.ok()) << r.status();
+      }
+    });
+  }
+  return threads;
+}
+
 // Concurrent ASP workers: the backup, promoted, holds the primary's state
 // bit for bit, and every acknowledged push is on it.
 TEST(Replication, AspBackupHoldsThePrimarysStateBitForBit) {
@@ -271,17 +288,7 @@ TEST(Replication, AspBackupHoldsThePrimarysStateBitForBit) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "backup"));
 
-  std::vector<std::thread> workers;
-  for (int64_t w = 1; w <= 3; ++w) {
-    workers.emplace_back([&, w] {
-      for (int64_t step = 0; step < 30; ++step) {
-        ASSERT_TRUE(PullKeys(*a, w, step, 0).ok());
-        auto r = PushStep(*a, w, step + 1, step, true);
-        ASSERT_TRUE(r.ok()) << r.status();
-      }
-    });
-  }
-  for (auto& t : workers) t.join();
+  for (auto& t : AspWorkers(*a, 3, 0, 30)) t.join();
   auto status = a->GetShardStatus("job1", 0);
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->replica_role(), SetupJobRequest::PRIMARY);
@@ -339,6 +346,161 @@ TEST(Replication, BspBackupTakesTheSameSteps) {
           .ok());
   EXPECT_EQ(Version(*a), 20);
   ExpectSameState(StateOf(*a), StateOf(*b));
+}
+
+// Waits until `server`'s primary of shard 0 has every backup in sync
+// (a state transfer done) and holding every entry it made.
+void AwaitBackupsInSync(ShardRouter& server, int want) {
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < until) {
+    auto status = server.GetShardStatus("job1", 0);
+    ASSERT_TRUE(status.ok()) << status.status();
+    bool done = status->backups_size() == want;
+    for (const auto& b : status->backups()) {
+      done =
+          done && !b.building() && b.acked_index() == status->replica_index();
+    }
+    if (done) return;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ADD_FAILURE() << "backups not in sync: "
+                << server.GetShardStatus("job1", 0)->DebugString();
+}
+
+// ReplicatedSpec with an admission filter on "emb": a key gets a row at
+// its fourth push (a backup that started counting afresh would create its
+// rows later than the primary); 36 rows of the 40 keys, so that rows live
+// long and an LRU order that differs shows in the rows kept.
+JobSpec AdmittingSpec(ConsistencySpec::Model model) {
+  JobSpec spec = ReplicatedSpec(model);
+  SparseTableSpec* emb = spec.mutable_model()->mutable_sparse_tables(0);
+  emb->set_capacity(36);
+  AdmissionSpec* admission = emb->mutable_admission();
+  admission->set_min_count(4);
+  admission->set_sketch_width(4096);
+  admission->set_sketch_depth(2);
+  return spec;
+}
+
+// A backup added to a running ASP shard is built by a state transfer and
+// then follows the log: promoted, it holds the primary's state bit for bit
+// (its LRU order, admission counts and sequence numbers came with the
+// image, or the evictions and rows after it would differ).
+TEST(Replication, ABackupAddedMidJobIsBuiltByAStateTransfer) {
+  Net net;
+  auto a = net.NewServer("a");
+  auto b = net.NewServer("b");
+  auto c = net.NewServer("c");
+  const JobSpec spec = AdmittingSpec(ConsistencySpec::ASP);
+  ASSERT_TRUE(
+      b->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::BACKUP)).ok());
+  ASSERT_TRUE(
+      a->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::PRIMARY, {"b"}))
+          .ok());
+  for (auto& t : AspWorkers(*a, 3, 0, 15)) t.join();
+  // The coordinator sets c up as a backup and gives the primary both; c's
+  // transfer runs while the workers go on.
+  ASSERT_TRUE(
+      c->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::BACKUP)).ok());
+  std::vector<std::thread> workers = AspWorkers(*a, 3, 15, 20);
+  ASSERT_TRUE(a->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::PRIMARY,
+                                    {"b", "c"}))
+                  .ok());
+  for (auto& t : workers) t.join();
+  AwaitBackupsInSync(*a, 2);
+  // A few steps more, fewer than the rows' turnover: a row, recency or
+  // admission count missing from the image would still show.
+  for (auto& t : AspWorkers(*a, 3, 20, 23)) t.join();
+  AwaitBackupsInSync(*a, 2);
+
+  net.Kill("a");
+  ASSERT_TRUE(
+      c->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::PRIMARY, {}, 2))
+          .ok());
+  ExpectSameState(StateOf(*a), StateOf(*c));
+  EXPECT_EQ(Version(*c), 69);
+  auto again = PushStep(*c, 3, 23, 22, true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->duplicate);
+}
+
+// Under BSP the image waits for a step's close (nothing staged), however
+// the transfer falls between the workers' pushes.
+TEST(Replication, ABspStateTransferTakesTheImageBetweenSteps) {
+  Net net;
+  auto a = net.NewServer("a");
+  auto c = net.NewServer("c");
+  const JobSpec spec = AdmittingSpec(ConsistencySpec::BSP);
+  ASSERT_TRUE(
+      a->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::PRIMARY)).ok());
+  ASSERT_TRUE(
+      c->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::BACKUP)).ok());
+  std::atomic<int> steps_done{0};
+  std::vector<std::thread> workers;
+  for (int64_t w = 1; w <= 2; ++w) {
+    workers.emplace_back([&, w] {
+      uint64_t seq = 0;
+      for (int64_t step = 0; step < 20; ++step) {
+        ASSERT_TRUE(PullKeys(*a, w, step, step).ok());
+        auto r = PushStep(*a, w, ++seq, step, false, /*final=*/true);
+        ASSERT_TRUE(r.ok()) << r.status();
+        if (w == 1 && step == 6) {
+          // Mid-step: worker 1 pushed, worker 2 may not have.
+          ASSERT_TRUE(a->SetupJob(RoleSetup(spec, {1, 2},
+                                            SetupJobRequest::PRIMARY, {"c"}))
+                          .ok());
+        }
+        auto end = PushStep(*a, w, ++seq, step, true);
+        ASSERT_TRUE(end.ok()) << end.status();
+        ++steps_done;
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  AwaitBackupsInSync(*a, 1);
+  net.Kill("a");
+  ASSERT_TRUE(
+      c->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::PRIMARY, {}, 2))
+          .ok());
+  EXPECT_EQ(Version(*c), 20);
+  ExpectSameState(StateOf(*a), StateOf(*c));
+}
+
+// Factor 3: the promoted backup gives the other one a state transfer (it
+// followed the old primary's log), so the shard keeps two copies and a
+// second failover loses nothing either.
+TEST(Replication, APromotedPrimaryRebuildsTheOtherBackup) {
+  Net net;
+  auto a = net.NewServer("a");
+  auto b = net.NewServer("b");
+  auto c = net.NewServer("c");
+  JobSpec spec = AdmittingSpec(ConsistencySpec::ASP);
+  spec.mutable_replication()->set_factor(3);
+  for (ShardRouter* s : {b.get(), c.get()}) {
+    ASSERT_TRUE(
+        s->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::BACKUP)).ok());
+  }
+  ASSERT_TRUE(
+      a->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::PRIMARY, {"b", "c"}))
+          .ok());
+  for (auto& t : AspWorkers(*a, 2, 0, 10)) t.join();
+  net.Kill("a");
+  // The coordinator's failover: c follows the new epoch, b is promoted
+  // with c as its backup.
+  ASSERT_TRUE(
+      c->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::BACKUP, {}, 2))
+          .ok());
+  ASSERT_TRUE(
+      b->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::PRIMARY, {"c"}, 2))
+          .ok());
+  for (auto& t : AspWorkers(*b, 2, 10, 20)) t.join();
+  AwaitBackupsInSync(*b, 1);
+  net.Kill("b");
+  ASSERT_TRUE(
+      c->SetupJob(RoleSetup(spec, {1, 2}, SetupJobRequest::PRIMARY, {}, 3))
+          .ok());
+  EXPECT_EQ(Version(*c), 40);
+  ExpectSameState(StateOf(*b), StateOf(*c));
 }
 
 // A push and a pull are answered only once the backup holds what they

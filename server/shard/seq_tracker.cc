@@ -17,4 +17,17 @@ void SeqTracker::Finish(uint64_t s) {
   }
 }
 
+std::vector<uint64_t> SeqTracker::DoneAbove() const {
+  std::vector<uint64_t> out(done_above_.begin(), done_above_.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+SeqTracker SeqTracker::Of(uint64_t contiguous,
+                          const std::vector<uint64_t>& done) {
+  SeqTracker t(contiguous);
+  t.done_above_.insert(done.begin(), done.end());
+  return t;
+}
+
 }  // namespace ps::server

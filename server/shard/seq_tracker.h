@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 
@@ -41,6 +42,12 @@ class SeqTracker {
 
   // Every number up to this one is done.
   uint64_t contiguous() const { return contiguous_; }
+
+  // A state transfer (shard_image.h): the numbers done above contiguous(),
+  // ascending; whether none is in flight; a tracker made of both.
+  std::vector<uint64_t> DoneAbove() const;
+  bool Idle() const { return in_flight_.empty(); }
+  static SeqTracker Of(uint64_t contiguous, const std::vector<uint64_t>& done);
 
  private:
   uint64_t contiguous_ = 0;

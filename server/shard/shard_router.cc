@@ -116,14 +116,14 @@ absl::StatusOr<ShardRouter::Route> ShardRouter::RouteFor(
 }
 
 std::shared_ptr<ReplicatedShard> ShardRouter::MakePrimary(
-    ShardStore* store, const SetupJobRequest& request) {
+    ShardStore* store, const SetupJobRequest& request, bool transfer) {
   std::vector<std::unique_ptr<ReplicaLink>> links;
   for (const std::string& address : request.backup_addresses()) {
     links.push_back(links_(address));
   }
   return std::make_shared<ReplicatedShard>(
       store, request.job_id(), request.shard_index(), request.replica_epoch(),
-      std::move(links));
+      std::move(links), transfer);
 }
 
 absl::StatusOr<SetupJobResponse> ShardRouter::SetupJob(
@@ -143,8 +143,9 @@ absl::StatusOr<SetupJobResponse> ShardRouter::SetupJob(
     // A failover: the backup's state goes on as the primary's, once it
     // applied every entry it holds.
     held->backup->Drain();
+    // Its backups followed the old primary: each gets a state transfer.
     std::shared_ptr<ReplicatedShard> primary =
-        MakePrimary(held->store, request);
+        MakePrimary(held->store, request, /*transfer=*/true);
     PS_ASSIGN_OR_RETURN(ShardStatus status,
                         held->store->GetShardStatus(request.job_id(), shard));
     PS_ASSIGN_OR_RETURN(std::shared_ptr<const Placement> placement,
@@ -167,6 +168,7 @@ absl::StatusOr<SetupJobResponse> ShardRouter::SetupJob(
     }
     return response;
   }
+  const bool existed = held != nullptr;
   ShardStore* store = nullptr;
   std::shared_ptr<ReplicatedShard> old_primary;
   std::shared_ptr<ReplicaApplier> old_backup;
@@ -184,26 +186,39 @@ absl::StatusOr<SetupJobResponse> ShardRouter::SetupJob(
   if (old_primary != nullptr) old_primary->Stop();
   if (old_backup != nullptr) old_backup->Stop();
   PS_ASSIGN_OR_RETURN(SetupJobResponse response, store->SetupJob(request));
-  absl::MutexLock l(&mu_);
-  if (held == nullptr) {
-    auto h = std::make_unique<Held>();
-    h->shard = shard;
-    h->store = store;
-    held = h.get();
-    held_[request.job_id()][shard] = std::move(h);
+  std::shared_ptr<ReplicatedShard> same;
+  {
+    absl::MutexLock l(&mu_);
+    if (held == nullptr) {
+      auto h = std::make_unique<Held>();
+      h->shard = shard;
+      h->store = store;
+      held = h.get();
+      held_[request.job_id()][shard] = std::move(h);
+    }
+    if (held->role == role && !request.replace() &&
+        role == SetupJobRequest::PRIMARY && held->primary != nullptr) {
+      same = held->primary;
+    }
   }
-  if (held->role == role && !request.replace() &&
-      role == SetupJobRequest::PRIMARY && held->primary != nullptr) {
-    // The same setup again: only the backups can have changed.
-    held->primary->KeepBackups(
-        {request.backup_addresses().begin(), request.backup_addresses().end()});
+  if (same != nullptr) {
+    // The same setup again: only the backups can have changed. (Outside
+    // the router's lock: a new one's image waits for the shard's turn.)
+    same->SetBackups(
+        {request.backup_addresses().begin(), request.backup_addresses().end()},
+        links_);
     return response;
   }
+  absl::MutexLock l(&mu_);
   held->role = role;
   held->primary.reset();
   held->backup.reset();
   if (role == SetupJobRequest::PRIMARY) {
-    held->primary = MakePrimary(store, request);
+    // A shard held here already (restored, or unreplicated until now) has
+    // moved past the state a new backup starts from. (The coordinator
+    // gives backups to a running primary only through SetBackups above,
+    // whose turn every change goes through.)
+    held->primary = MakePrimary(store, request, /*transfer=*/existed);
   } else if (role == SetupJobRequest::BACKUP) {
     prometheus::Counter* mismatches = nullptr;
     if (metrics_ != nullptr) {
@@ -374,6 +389,7 @@ absl::StatusOr<ShardStatus> ShardRouter::GetShardStatus(
       out->set_address(b.address);
       out->set_acked_index(b.acked_index);
       out->set_last_error(b.last_error);
+      out->set_building(b.building);
     }
   } else if (backup != nullptr) {
     status.set_replica_index(backup->held_index());

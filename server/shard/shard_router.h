@@ -16,9 +16,11 @@
 //   replica_entry.h) and the workers' calls are refused with UNAVAILABLE
 //   (the primary answers them).
 // A SetupJob with PRIMARY for a shard held here as BACKUP promotes it: its
-// state goes on from the last entry it holds, and nothing is restored. A
-// repeated SetupJob with PRIMARY drops the backups no longer listed (the
-// coordinator's way of removing a dead backup).
+// state goes on from the last entry it holds, and nothing is restored; the
+// backups it is given get a state transfer. A repeated SetupJob with
+// PRIMARY drops the backups no longer listed (the coordinator's way of
+// removing a dead backup) and adds the new ones, each built by a state
+// transfer (replicated_shard.h).
 #ifndef PS_SERVER_SHARD_SHARD_ROUTER_H_
 #define PS_SERVER_SHARD_SHARD_ROUTER_H_
 
@@ -74,6 +76,14 @@ class ShardRouter final : public ShardStore {
                                              int shard) override;
   absl::StatusOr<ReplicateResponse> Replicate(
       const ReplicateRequest& request) override;
+  absl::StatusOr<ShardImage> Image(absl::string_view) override {
+    return absl::UnimplementedError(
+        "a server's shards transfer their state through Replicate");
+  }
+  absl::Status Install(absl::string_view, const ShardImage&) override {
+    return absl::UnimplementedError(
+        "a server's shards transfer their state through Replicate");
+  }
   void Shutdown() override;
   absl::StatusOr<std::shared_ptr<const Placement>> GetPlacement(
       absl::string_view job_id) override;
@@ -103,8 +113,10 @@ class ShardRouter final : public ShardStore {
   // A store holding no shard of `job_id` (made if needed).
   absl::StatusOr<ShardStore*> FreeStore(absl::string_view job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `transfer`: the backups start from an image (replicated_shard.h).
   std::shared_ptr<ReplicatedShard> MakePrimary(ShardStore* store,
-                                               const SetupJobRequest& request);
+                                               const SetupJobRequest& request,
+                                               bool transfer);
   std::vector<ShardStore*> Stores() const;
   // Releases every replicated shard's waiting answers and stops its senders.
   void StopPrimaries();

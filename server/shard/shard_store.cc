@@ -24,6 +24,7 @@
 #include "server/shard/pull_wait.h"
 #include "server/shard/push_apply.h"
 #include "server/shard/push_validation.h"
+#include "server/shard/shard_image.h"
 #include "server/shard/shard_log.h"
 #include "server/shard/shard_status.h"
 
@@ -96,6 +97,15 @@ class ShardStoreImpl final : public ShardStore {
       absl::string_view job_id) override {
     PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
     return job->placement;
+  }
+  absl::StatusOr<ShardImage> Image(absl::string_view job_id) override {
+    PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+    return ImageOf(*job);
+  }
+  absl::Status Install(absl::string_view job_id,
+                       const ShardImage& image) override {
+    PS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, FindJob(job_id));
+    return InstallImage(*job, image);
   }
 
  private:

@@ -178,6 +178,14 @@ class ShardStore {
   virtual absl::StatusOr<ReplicateResponse> Replicate(
       const ReplicateRequest& request) = 0;
 
+  // Replicated shards' state transfer (shard_image.h): the job's whole
+  // state now (FAILED_PRECONDITION while a BSP step has something staged),
+  // and a job set up here made that state. The router refuses both: its
+  // shards transfer through their ReplicatedShard and Replicate.
+  virtual absl::StatusOr<ShardImage> Image(absl::string_view job_id) = 0;
+  virtual absl::Status Install(absl::string_view job_id,
+                               const ShardImage& image) = 0;
+
   // Releases every waiting pull and barrier with UNAVAILABLE ("shutting
   // down") and refuses new waits, so that a server can stop promptly.
   virtual void Shutdown() = 0;

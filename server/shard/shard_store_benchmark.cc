@@ -5,7 +5,10 @@
 //             end of step (staged), the second closes the step (sum, apply);
 //   BspEarly  the same with chunks_final: the second push completes every
 //             chunk and applies it from its payload, then closes the step;
-//   Pull      a pull of every chunk, keeping the zero-copy references.
+//   Pull      a pull of every chunk, keeping the zero-copy references;
+//   Image     a replicated shard's state transfer (shard_image.h): the
+//             image the primary takes while the shard waits, and its
+//             install on the new backup.
 // Bytes/s count the gradient bytes pushed (or the weight bytes pulled).
 //
 //   bazel run //server/shard:shard_store_benchmark --
@@ -145,10 +148,49 @@ void BM_Pull(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 
+void BM_Image(benchmark::State& state) {
+  Bench b(state.range(0), ConsistencySpec::ASP, 1);
+  if (!SetUp(state, b)) return;
+  for (auto _ : state) {
+    absl::StatusOr<ShardImage> image = b.store->Image("bench");
+    if (!image.ok()) {
+      state.SkipWithError(std::string(image.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(image->tables().data());
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+
+void BM_ImageInstall(benchmark::State& state) {
+  Bench from(state.range(0), ConsistencySpec::ASP, 1);
+  Bench to(state.range(0), ConsistencySpec::ASP, 1);
+  if (!SetUp(state, from) || !SetUp(state, to)) return;
+  const absl::StatusOr<ShardImage> image = from.store->Image("bench");
+  if (!image.ok()) {
+    state.SkipWithError(std::string(image.status().message()).c_str());
+    return;
+  }
+  for (auto _ : state) {
+    const absl::Status s = to.store->Install("bench", *image);
+    if (!s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      break;
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+
 BENCHMARK(BM_AspPush)->Arg(1 << 20)->Arg(16 << 20)->UseRealTime();
 BENCHMARK(BM_BspStep)->Arg(1 << 20)->Arg(16 << 20)->UseRealTime();
 BENCHMARK(BM_BspEarly)->Arg(1 << 20)->Arg(16 << 20)->UseRealTime();
 BENCHMARK(BM_Pull)->Arg(1 << 20)->Arg(16 << 20)->UseRealTime();
+BENCHMARK(BM_Image)->Arg(1 << 20)->Arg(16 << 20)->Arg(256 << 20)->UseRealTime();
+BENCHMARK(BM_ImageInstall)
+    ->Arg(1 << 20)
+    ->Arg(16 << 20)
+    ->Arg(256 << 20)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace ps::server

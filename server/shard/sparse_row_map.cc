@@ -351,6 +351,13 @@ void SparseRowMap::ForEachRow(
   for (int s = 0; s < (1 << stripe_bits_); ++s) {
     Stripe& st = stripes_[s];
     absl::MutexLock l(&st.mu);
+    if (UsesRecency(options_)) {
+      // Oldest first: Put in this order makes the same recency list.
+      for (uint32_t r = st.tail; r != kNone; r = Meta(st, r)->prev) {
+        fn(*Meta(st, r), absl::MakeConstSpan(Values(st, r), row_floats_));
+      }
+      continue;
+    }
     for (const auto& [key, r] : st.index) {
       fn(*Meta(st, r), absl::MakeConstSpan(Values(st, r), row_floats_));
     }

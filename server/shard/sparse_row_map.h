@@ -145,7 +145,9 @@ class SparseRowMap {
                                       int64_t version,
                                       absl::Span<const uint8_t> admit = {});
 
-  // Calls fn(row) for every row, stripe by stripe under its lock.
+  // Calls fn(row) for every row, stripe by stripe under its lock; with
+  // LRU or TTL each stripe's rows least recently touched first, so that
+  // Put in this order remakes the same recency.
   void ForEachRow(absl::FunctionRef<void(const RowMeta& meta,
                                          absl::Span<const float> values)>
                       fn) const;

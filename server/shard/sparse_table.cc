@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/platform/status.h"
 #include "common/spec/initializer.h"
 #include "common/wire/key_placement.h"
 #include "common/wire/payload_codec.h"
@@ -484,6 +485,53 @@ void SparseTable::Snapshot(int64_t, CheckpointData* data) {
     t.steps.push_back(meta.steps);
     t.values.insert(t.values.end(), values.begin(), values.end());
   });
+}
+
+void SparseTable::Image(CheckpointData* data, ShardImage::SparseTable* extras) {
+  Snapshot(0, data);
+  extras->set_name(spec_.name());
+  extras->mutable_touched()->Reserve(
+      static_cast<int>(data->sparse_tables.back().keys.size()));
+  rows_->ForEachRow([&](const RowMeta& meta, absl::Span<const float>) {
+    extras->add_touched(meta.touched);
+  });
+  extras->set_version(version_.load(std::memory_order_relaxed));
+  if (admission_ != nullptr) extras->set_admission(admission_->Counters());
+  extras->set_admissions(admissions_.load(std::memory_order_relaxed));
+}
+
+absl::Status SparseTable::Install(const CheckpointSparseTable& rows,
+                                  const ShardImage::SparseTable& extras) {
+  if (rows.row_floats != rows_->row_floats() ||
+      rows.keys.size() != rows.steps.size() ||
+      rows.values.size() != rows.keys.size() * rows.row_floats ||
+      static_cast<size_t>(extras.touched_size()) != rows.keys.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the image of sparse table '", spec_.name(),
+                     "' does not fit it (sizes differ)"));
+  }
+  if (admission_ != nullptr && !admission_->LoadCounters(extras.admission())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the image of sparse table '", spec_.name(),
+                     "' has no admission counters of its filter's size"));
+  }
+  rows_->Clear();
+  {
+    absl::MutexLock l(&stage_mu_);
+    stages_.clear();
+  }
+  version_.store(extras.version(), std::memory_order_relaxed);
+  admissions_.store(extras.admissions(), std::memory_order_relaxed);
+  for (size_t i = 0; i < rows.keys.size(); ++i) {
+    RowMeta meta;
+    meta.key = rows.keys[i];
+    meta.steps = rows.steps[i];
+    meta.touched = extras.touched(static_cast<int>(i));
+    PS_RETURN_IF_ERROR(rows_->Put(
+        meta, absl::MakeConstSpan(rows.values.data() + i * rows.row_floats,
+                                  rows.row_floats)));
+  }
+  return absl::OkStatus();
 }
 
 const CheckpointSparseTable* SparseTable::FindIn(

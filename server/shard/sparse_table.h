@@ -93,6 +93,15 @@ class SparseTable final : public Table {
       const std::vector<CheckpointData>& files) const override;
   void Restore(const std::vector<CheckpointData>& files) override;
 
+  // A state transfer (shard_image.h), under the job's apply_mu held
+  // exclusively with nothing staged: Snapshot's rows (oldest first) and
+  // what a checkpoint leaves out (each row's touched version, the table's
+  // version, the admission filter's counters); Install makes this table
+  // that state (FAILED_PRECONDITION if the image does not fit it).
+  void Image(CheckpointData* data, ShardImage::SparseTable* extras);
+  absl::Status Install(const CheckpointSparseTable& rows,
+                       const ShardImage::SparseTable& extras);
+
   // This table's line of ShardStatus.
   SparseTableStatus Status() const;
 
