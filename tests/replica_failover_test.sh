@@ -10,8 +10,11 @@
 #   process under its member id); the same happens without waiting for the
 #   timeout.
 # The workers go on at the new primary's address, retrying what was not
-# acknowledged: the job SUCCEEDS with no rollback event and an accuracy
-# like a clean run's. Prints the time from the kill to the failover event.
+# acknowledged, and the shards that lost a replica get a new backup on a
+# live server, built by a state transfer while the job trains (events
+# `backup_added`, `backup_ready`): the job SUCCEEDS with no rollback event,
+# an accuracy like a clean run's and every shard backed up again. Prints
+# the time from the kill to the failover event.
 set -euo pipefail
 source "${TEST_SRCDIR}/ps/tests/fault_lib.sh"
 mode=dead
@@ -59,6 +62,10 @@ echo "failover event $(((t_failover - t_kill) / 1000000)) ms after the kill (pol
 psctl events "$JOB" | grep -E "failover|backup_lost|server_"
 wait_event "$JOB" " backup_lost +shard [0-9]+: backup member [0-9]+ (at [^ ]*:$victim_port )?" 30 ||
   fail "no backup_lost event for the shard server-1 backed up"
+failed=$(psctl events "$JOB" | grep -Eo " failover +shard [0-9]+" | head -n1 | awk '{ print $3 }')
+wait_event "$JOB" " backup_ready +shard $failed: backup member [0-9]+ at [^ ]* is in sync" 60 ||
+  fail "shard $failed got no new backup after its failover"
+echo "new backup of shard $failed in sync $((($(date +%s%N) - t_kill) / 1000000)) ms after the kill (polled)"
 state=$(wait_end "$JOB" 180) || true
 [[ $state == SUCCEEDED ]] || fail "job ended $state after the failover"
 # (The event's kind is its third column.)
@@ -68,7 +75,8 @@ if psctl events "$JOB" | awk '$3 ~ /^rollback/ { found = 1 } END { exit !found }
 fi
 acc=$(final_accuracy "$JOB")
 echo "final test accuracy $acc"
-psctl status "$JOB" | grep -E "^replicas"
+psctl status "$JOB" | grep -E "^replicas +factor 2, backups per shard: 1, 1, 1$" ||
+  fail "not every shard has a backup again: $(psctl status "$JOB" | grep -E '^replicas')"
 fcmp "$acc >= 0.78" || fail "final accuracy $acc after the failover (want >= 0.78)"
 psctl events "$JOB" | grep -Eq "worker_failure|evicted" &&
   fail "a worker gave up or was evicted during the failover"

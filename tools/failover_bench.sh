@@ -4,8 +4,10 @@
 # BSP MLP on Fashion-MNIST with `replication { factor: 2 }`; at step 100
 # server-1 is killed with SIGKILL, and the script times, by polling psctl
 # every 0.1 s, the kill to the `failover` event and to the job's progress
-# moving 5 steps past where it stood 0.3 s after the kill. Prints each kill and the p50 and max
-# (the p99 of 10) of both.
+# moving 5 steps past where it stood 0.3 s after the kill, and to the
+# `backup_ready` event of the shard that failed over (a new backup built by
+# a state transfer: two replicas again). Prints each kill and the p50 and
+# max (the p99 of 10) of each.
 #
 #   MODE=dead tools/failover_bench.sh      # the server stays dead (default)
 #   MODE=restart tools/failover_bench.sh   # psctl restarts it at once
@@ -54,12 +56,18 @@ for ((k = 1; k <= KILLS; k++)); do
   # by then (its progress comes with heartbeats, a few steps behind).
   sleep 0.3
   at=$(step_of "$job")
-  event="" moved=""
+  event="" moved="" ready=""
   i=0
-  while ((i++ < 1200)) && [[ -z $event || -z $moved ]]; do
-    if [[ -z $event ]] && psctl events "$job" 2>/dev/null |
-      grep -Eq " failover +shard"; then
-      event=$(($(now_ms) - t0))
+  while ((i++ < 1200)) && [[ -z $event || -z $moved || -z $ready ]]; do
+    if [[ -z $event || -z $ready ]]; then
+      events=$(psctl events "$job" 2>/dev/null || true)
+      shard=$(grep -Eo " failover +shard [0-9]+" <<<"$events" | head -n1 |
+        awk '{ print $3 }' || true)
+      if [[ -n $shard && -z $event ]]; then event=$(($(now_ms) - t0)); fi
+      if [[ -n $shard && -z $ready ]] &&
+        grep -Eq " backup_ready +shard $shard:" <<<"$events"; then
+        ready=$(($(now_ms) - t0))
+      fi
     fi
     if [[ -z $moved ]]; then
       s=$(step_of "$job")
@@ -67,20 +75,20 @@ for ((k = 1; k <= KILLS; k++)); do
     fi
     sleep 0.1
   done
-  echo "kill $k: step $at, failover event after ${event:-?} ms, 5 steps on after ${moved:-?} ms"
-  echo "${event:-999999} ${moved:-999999}" >>"$dir/times"
+  echo "kill $k: step $at, failover event after ${event:-?} ms, 5 steps on after ${moved:-?} ms, new backup in sync after ${ready:-?} ms"
+  echo "${event:-999999} ${moved:-999999} ${ready:-999999}" >>"$dir/times"
   psctl cancel "$job" >/dev/null 2>&1 || true
   psctl cluster down >/dev/null 2>&1 || true
 done
 awk -v mode="$MODE" '
-  { e[NR] = $1; m[NR] = $2 }
+  { e[NR] = $1; m[NR] = $2; r[NR] = $3 }
   function p50(a, n,   i, j, t) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
       if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
   }
   END {
-    n = NR; me = p50(e, n); mm = p50(m, n)
-    printf "%s, %d kills: failover event p50 %d ms, max %d ms; 5 steps on p50 %d ms, max %d ms\n",
-      mode, n, me, e[n], mm, m[n]
+    n = NR; me = p50(e, n); mm = p50(m, n); mr = p50(r, n)
+    printf "%s, %d kills: failover event p50 %d ms, max %d ms; 5 steps on p50 %d ms, max %d ms; new backup in sync p50 %d ms, max %d ms\n",
+      mode, n, me, e[n], mm, m[n], mr, r[n]
   }' "$dir/times"

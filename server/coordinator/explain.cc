@@ -134,7 +134,8 @@ void AppendShards(const ExplainInput& in, std::string& t,
       std::vector<std::string> backups;
       for (const ShardStatus::Backup& b : s.backups()) {
         backups.push_back(absl::StrCat(
-            b.address(), " behind by ", s.replica_index() - b.acked_index(),
+            b.address(), b.building() ? " (building: a state transfer)" : "",
+            " behind by ", s.replica_index() - b.acked_index(),
             b.last_error().empty() ? ""
                                    : absl::StrCat(" (", b.last_error(), ")")));
         if (!b.last_error().empty()) {

@@ -50,7 +50,7 @@ void TrackShards(JobTable& table, Job& job, const Membership& members,
     const std::string& address = job.record.servers(i);
     ShardSync& sh = job.shards[i];
     const bool up = ShardUp(job, i, members);
-    if (!up && !LiveBackups(job, i, members).empty()) {
+    if (!up && !LiveBackups(job, i, members, /*in_sync=*/true).empty()) {
       continue;  // a backup takes over (replicas.h), no wait
     }
     if (!up && sh.down_since_ms == 0) {

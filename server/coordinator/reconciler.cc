@@ -161,10 +161,17 @@ void ApplyRollback(JobTable& table, Job& job, int64_t incarnation,
   }
   std::string note = rollback.note;
   if (job.record.replicas_size() > 0) {
-    // The shards were set up again without backups (rebuilding them needs
-    // a state transfer, not built yet).
-    job.record.clear_replicas();
-    absl::StrAppend(&note, "; the shards go on without backups");
+    // The shards were set up again as primaries without backups, under the
+    // next epoch (RollBack): new ones are built (replicas.h).
+    for (ShardReplicas& r : *job.record.mutable_replicas()) {
+      r.clear_backup_members();
+      r.clear_backup_addresses();
+      r.clear_building_members();
+      r.set_epoch(r.epoch() + 1);
+    }
+    absl::StrAppend(&note,
+                    "; the shards go on without backups until new ones are "
+                    "built");
   }
   table.AddEvent(job, "rollback", note, 0, writes);
   job.record.set_reason("running");
@@ -198,6 +205,9 @@ std::optional<Reconciler::Round> Reconciler::Begin(const std::string& job_id) {
   round.servers.assign(job.record.servers().begin(),
                        job.record.servers().end());
   round.incarnation = job.record.incarnation();
+  for (const ShardReplicas& r : job.record.replicas()) {
+    round.replica_epochs.push_back(r.epoch());
+  }
   const int num_shards = job.record.servers_size();
   job.shards.resize(num_shards);
   std::vector<bool> up(num_shards);
@@ -214,18 +224,33 @@ std::optional<Reconciler::Round> Reconciler::Begin(const std::string& job_id) {
       a.shard = i;
       if (!up[i] || job.shards[i].primary_lost) {
         Promotion p = PlanPromotion(job, i, *members_);
-        if (p.backup < 0) continue;
+        if (p.backup < 0) {
+          // No backup in sync left (the last one lost too, or still
+          // building): the shard is checked as an unreplicated one is, and
+          // rolls the job back if it lost the job.
+          if (job.shards[i].primary_lost) {
+            job.shards[i].primary_lost = false;
+            job.shards[i].needs_check = true;
+          }
+          continue;
+        }
         a.kind = ShardAction::kPromote;
         a.address = p.address;
         a.member = p.member;
         a.setup = std::move(p.request);
+        a.backups = std::move(p.rebuilt);
         up[i] = false;
         round.all_up = false;
       } else {
-        a.setup = PlanBackupDrop(job, i, *members_);
-        if (a.setup.job_id().empty()) continue;
-        a.kind = ShardAction::kDropBackups;
         a.address = job.record.servers(i);
+        a.setup = PlanBackupDrop(job, i, *members_);
+        if (!a.setup.job_id().empty()) {
+          a.kind = ShardAction::kDropBackups;
+        } else {
+          a.backups = PlanBackupAdd(job, i, *members_, &a.setup);
+          if (a.backups.members.empty()) continue;
+          a.kind = ShardAction::kAddBackups;
+        }
       }
       replica_actions.push_back(std::move(a));
     }
@@ -250,8 +275,42 @@ std::optional<Reconciler::Round> Reconciler::Begin(const std::string& job_id) {
 
 void Reconciler::CallShard(const Round& round, size_t k, Outcome* out) {
   const ShardAction& a = round.actions[k];
-  if (a.kind == ShardAction::kPromote || a.kind == ShardAction::kDropBackups) {
-    absl::StatusOr<SetupJobResponse> r = shards_->SetupJob(a.address, a.setup);
+  if (a.kind == ShardAction::kPromote || a.kind == ShardAction::kDropBackups ||
+      a.kind == ShardAction::kAddBackups) {
+    // The backups first (at the shard's new epoch), so that they take the
+    // primary's first call; one that refuses is left out.
+    NewBackups& done = out->backups[k];
+    for (size_t b = 0; b < a.backups.members.size(); ++b) {
+      const std::string& to = a.backups.addresses[b];
+      absl::StatusOr<SetupJobResponse> r =
+          shards_->SetupJob(to, a.backups.setup);
+      if (r.ok()) {
+        done.members.push_back(a.backups.members[b]);
+        done.addresses.push_back(to);
+      } else {
+        std::fprintf(stderr,
+                     "coordinator: job %s shard %d: backup %s refused its "
+                     "setup: %s\n",
+                     round.job_id.c_str(), a.shard, to.c_str(),
+                     std::string(r.status().message()).c_str());
+      }
+    }
+    auto refused = [&](const std::string& address) {
+      return std::find(a.backups.addresses.begin(), a.backups.addresses.end(),
+                       address) != a.backups.addresses.end() &&
+             std::find(done.addresses.begin(), done.addresses.end(), address) ==
+                 done.addresses.end();
+    };
+    SetupJobRequest setup = a.setup;
+    setup.clear_backup_addresses();
+    for (const std::string& address : a.setup.backup_addresses()) {
+      if (!refused(address)) setup.add_backup_addresses(address);
+    }
+    if (a.kind == ShardAction::kAddBackups && done.members.empty()) {
+      out->results[k] = absl::UnavailableError("no new backup took its setup");
+      return;
+    }
+    absl::StatusOr<SetupJobResponse> r = shards_->SetupJob(a.address, setup);
     out->results[k] = r.status();
     if (r.ok()) out->versions[k] = r->version();
     return;
@@ -307,6 +366,7 @@ Reconciler::Outcome Reconciler::CallShards(const Round& round) {
   out.notes.resize(n);
   out.totals.resize(n);
   out.versions.resize(n);
+  out.backups.resize(n);
   // Every shard's last counters first: a teardown removes all of a job's
   // shards on that server (several after a failover).
   for (size_t k = 0; k < n; ++k) {
@@ -325,8 +385,9 @@ Reconciler::Outcome Reconciler::CallShards(const Round& round) {
   }
   const std::vector<int64_t> workers(round.membership.worker_ids().begin(),
                                      round.membership.worker_ids().end());
-  out.rollback = RollBack(shards_, round.job_id, round.spec, round.servers,
-                          workers, round.incarnation + 1, out.lost);
+  out.rollback =
+      RollBack(shards_, round.job_id, round.spec, round.servers, workers,
+               round.incarnation + 1, out.lost, round.replica_epochs);
   for (size_t k = 0; k < n; ++k) {
     const ShardAction& a = round.actions[k];
     if (a.kind != ShardAction::kCheck) continue;
@@ -355,13 +416,22 @@ bool Reconciler::CommitAction(Job& job, const Round& round, const Outcome& out,
   }
   if (out.totals[k].has_value()) {
     save |= UpdateCounters(*table_, job, a.shard, *out.totals[k], writes);
+    if (a.kind == ShardAction::kPoll) {
+      save |= NoteBackupsInSync(*table_, job, a.shard, *out.totals[k], writes);
+    }
   }
   if (a.kind == ShardAction::kPoll || a.kind == ShardAction::kMembership ||
       a.kind == ShardAction::kCheck) {
     NoteShardAnswer(job, a.shard, out.results[k], table_->clock().NowMs());
   }
   if (a.kind == ShardAction::kPoll) return save;
-  if (a.kind == ShardAction::kPromote || a.kind == ShardAction::kDropBackups) {
+  if (a.kind == ShardAction::kPromote || a.kind == ShardAction::kDropBackups ||
+      a.kind == ShardAction::kAddBackups) {
+    if (out.rollback.has_value() && out.rollback->status.ok()) {
+      // The rollback after it set every shard up again without backups:
+      // what this call changed is gone (its backups are built anew).
+      return save;
+    }
     if (!out.results[k].ok()) {
       std::fprintf(stderr, "coordinator: job %s shard %d (%s): %s\n",
                    round.job_id.c_str(), a.shard, a.address.c_str(),
@@ -370,7 +440,9 @@ bool Reconciler::CommitAction(Job& job, const Round& round, const Outcome& out,
     }
     if (a.kind == ShardAction::kPromote) {
       ApplyPromotion(*table_, job, a.shard, a.member, a.address, a.setup,
-                     out.versions[k], writes);
+                     out.versions[k], out.backups[k], writes);
+    } else if (a.kind == ShardAction::kAddBackups) {
+      ApplyBackupAdd(*table_, job, a.shard, out.backups[k], writes);
     } else {
       ApplyBackupDrop(*table_, job, a.shard, a.setup, writes);
     }

@@ -29,6 +29,7 @@
 #include "server/coordinator/job_store.h"
 #include "server/coordinator/job_table.h"
 #include "server/coordinator/membership.h"
+#include "server/coordinator/replicas.h"
 #include "server/coordinator/rollback.h"
 #include "server/coordinator/shard_client.h"
 #include "server/coordinator/write_batch.h"
@@ -38,19 +39,24 @@ namespace ps::coordinator {
 // A shard call a round makes.
 struct ShardAction {
   // kPromote: make a backup the primary; kDropBackups: tell a primary to
-  // keep only its live backups (replicas.h). Both send `setup`.
+  // keep only its live backups; kAddBackups: give a primary a new backup
+  // (replicas.h). Each sends `setup`, after `backups.setup` to each of
+  // `backups` (kPromote: the other backups rebuilt; kAddBackups: the new
+  // one); one that refuses is left out of `setup`.
   enum Kind {
     kCheck,
     kMembership,
     kPoll,
     kTeardown,
     kPromote,
-    kDropBackups
+    kDropBackups,
+    kAddBackups
   } kind;
   int shard = 0;
   std::string address;
   int64_t member = 0;  // kPromote: the backup promoted
   SetupJobRequest setup;
+  NewBackups backups;
 };
 
 // The calls for the job's shards given which are up (by shard index),
@@ -99,6 +105,7 @@ class Reconciler {
     std::vector<std::string> servers;
     UpdateMembershipRequest membership;  // the active workers and epoch
     int64_t incarnation = 0;
+    std::vector<int64_t> replica_epochs;  // by shard; empty: unreplicated
     bool all_up = true;
     bool rollback_pending = false;
     std::vector<ShardAction> actions;
@@ -110,6 +117,8 @@ class Reconciler {
     std::vector<std::optional<ShardStatus>> totals;
     std::vector<int> lost;          // shards that restarted without the job
     std::vector<int64_t> versions;  // kPromote: the new primary's version
+    // kPromote, kAddBackups: the backups that took their setup.
+    std::vector<NewBackups> backups;
     std::optional<RollbackResult> rollback;
   };
 

@@ -1,6 +1,9 @@
 #include "server/coordinator/replicas.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -76,33 +79,98 @@ SetupJobRequest ReplicaSetup(const JobRecord& record, int shard,
 }
 
 std::vector<int> LiveBackups(const Job& job, int shard,
-                             const Membership& members) {
+                             const Membership& members, bool in_sync) {
   std::vector<int> out;
   if (shard >= job.record.replicas_size()) return out;
   const ShardReplicas& r = job.record.replicas(shard);
   for (int b = 0; b < r.backup_members_size(); ++b) {
     const int64_t m = r.backup_members(b);
-    if (members.IsAlive(m) && !job.unreachable_servers.count(m)) {
-      out.push_back(b);
+    if (!members.IsAlive(m) || job.unreachable_servers.count(m)) continue;
+    if (in_sync &&
+        std::find(r.building_members().begin(), r.building_members().end(),
+                  m) != r.building_members().end()) {
+      continue;
     }
+    out.push_back(b);
   }
   return out;
 }
 
 Promotion PlanPromotion(const Job& job, int shard, const Membership& members) {
   Promotion p;
-  const std::vector<int> live = LiveBackups(job, shard, members);
-  if (live.empty()) return p;
+  const std::vector<int> ready =
+      LiveBackups(job, shard, members, /*in_sync=*/true);
+  if (ready.empty()) return p;
   const ShardReplicas& r = job.record.replicas(shard);
-  p.backup = live[0];
+  p.backup = ready[0];
   p.member = r.backup_members(p.backup);
   p.address = r.backup_addresses(p.backup);
   p.request = BaseSetup(job.record, shard, ActiveWorkers(job));
   p.request.set_replica_role(SetupJobRequest::PRIMARY);
   p.request.set_replica_epoch(r.epoch() + 1);
-  // The other backups followed the old primary's log, not this one's: they
-  // need a state transfer (not built yet), so the new primary has none.
+  // The other live backups followed the old primary's log, not this one's:
+  // they follow the new epoch and the new primary rebuilds them.
+  p.rebuilt.setup = BaseSetup(job.record, shard, ActiveWorkers(job));
+  p.rebuilt.setup.set_replica_role(SetupJobRequest::BACKUP);
+  p.rebuilt.setup.set_replica_epoch(r.epoch() + 1);
+  for (int b : LiveBackups(job, shard, members)) {
+    if (b == p.backup) continue;
+    p.rebuilt.members.push_back(r.backup_members(b));
+    p.rebuilt.addresses.push_back(r.backup_addresses(b));
+    p.request.add_backup_addresses(r.backup_addresses(b));
+  }
   return p;
+}
+
+NewBackups PlanBackupAdd(const Job& job, int shard, const Membership& members,
+                         SetupJobRequest* primary) {
+  NewBackups out;
+  const JobRecord& rec = job.record;
+  if (shard >= rec.replicas_size() ||
+      shard >= static_cast<int>(job.shards.size()) ||
+      job.shards[shard].primary_lost || job.shards[shard].backups_changed) {
+    return out;
+  }
+  const ShardReplicas& r = rec.replicas(shard);
+  if (r.backup_members_size() + 1 >= ReplicationFactor(rec.spec()) ||
+      static_cast<int>(LiveBackups(job, shard, members).size()) !=
+          r.backup_members_size()) {
+    return out;  // enough, or a lost one to drop first
+  }
+  // Replicas of the job's shards each server holds.
+  std::map<int64_t, int> held;
+  for (int i = 0; i < rec.servers_size(); ++i) {
+    if (i < rec.server_members_size()) ++held[rec.server_members(i)];
+    if (i < rec.replicas_size()) {
+      for (int64_t m : rec.replicas(i).backup_members()) ++held[m];
+    }
+  }
+  const int64_t primary_member =
+      shard < rec.server_members_size() ? rec.server_members(shard) : 0;
+  std::optional<Member> best;
+  for (const Member& m : members.Alive(SERVER)) {
+    const int64_t id = m.member_id();
+    if (id == primary_member || m.address().empty() ||
+        job.unreachable_servers.count(id) ||
+        std::find(r.backup_members().begin(), r.backup_members().end(), id) !=
+            r.backup_members().end()) {
+      continue;
+    }
+    if (!best.has_value() ||
+        std::make_pair(held[id], id) <
+            std::make_pair(held[best->member_id()], best->member_id())) {
+      best = m;
+    }
+  }
+  if (!best.has_value()) return out;
+  out.members.push_back(best->member_id());
+  out.addresses.push_back(best->address());
+  out.setup =
+      ReplicaSetup(rec, shard, SetupJobRequest::BACKUP, ActiveWorkers(job));
+  *primary =
+      ReplicaSetup(rec, shard, SetupJobRequest::PRIMARY, ActiveWorkers(job));
+  primary->add_backup_addresses(best->address());
+  return out;
 }
 
 SetupJobRequest PlanBackupDrop(const Job& job, int shard,
@@ -124,7 +192,8 @@ SetupJobRequest PlanBackupDrop(const Job& job, int shard,
 
 void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
                     const std::string& address, const SetupJobRequest& setup,
-                    int64_t version, WriteBatch* writes) {
+                    int64_t version, const NewBackups& rebuilt,
+                    WriteBatch* writes) {
   JobRecord& rec = job.record;
   const std::string old_address = rec.servers(shard);
   const int64_t old_member =
@@ -136,6 +205,15 @@ void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
   r->set_epoch(setup.replica_epoch());
   r->clear_backup_members();
   r->clear_backup_addresses();
+  r->clear_building_members();
+  std::vector<std::string> names;
+  for (size_t b = 0; b < rebuilt.members.size(); ++b) {
+    r->add_backup_members(rebuilt.members[b]);
+    r->add_backup_addresses(rebuilt.addresses[b]);
+    r->add_building_members(rebuilt.members[b]);
+    names.push_back(absl::StrCat("member ", rebuilt.members[b], " at ",
+                                 rebuilt.addresses[b]));
+  }
   ShardSync& sh = job.shards[shard];
   sh.down_since_ms = 0;
   sh.needs_check = false;
@@ -149,10 +227,85 @@ void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
       absl::StrCat("shard ", shard, ": primary member ", old_member, " at ",
                    old_address, " is lost; its backup, member ", member, " at ",
                    address, ", took over at version ", version, " (epoch ",
-                   setup.replica_epoch(),
-                   "), no rollback; the shard has no backup now"),
+                   setup.replica_epoch(), "), no rollback; ",
+                   names.empty()
+                       ? std::string("the shard has no backup now (a new one "
+                                     "is built on a free server)")
+                       : absl::StrCat("its backup ", absl::StrJoin(names, ", "),
+                                      " is rebuilt by a state transfer")),
       member, writes);
   table.Touch(job);
+}
+
+namespace {
+
+int InSyncBackups(const ShardReplicas& r) {
+  return r.backup_members_size() - r.building_members_size();
+}
+
+// Keeps `from`'s backup b in `to` (with its building mark).
+void KeepBackup(const ShardReplicas& from, int b, ShardReplicas* to) {
+  const int64_t m = from.backup_members(b);
+  to->add_backup_members(m);
+  to->add_backup_addresses(from.backup_addresses(b));
+  if (std::find(from.building_members().begin(), from.building_members().end(),
+                m) != from.building_members().end()) {
+    to->add_building_members(m);
+  }
+}
+
+}  // namespace
+
+void ApplyBackupAdd(JobTable& table, Job& job, int shard,
+                    const NewBackups& added, WriteBatch* writes) {
+  ShardReplicas* r = job.record.mutable_replicas(shard);
+  for (size_t b = 0; b < added.members.size(); ++b) {
+    r->add_backup_members(added.members[b]);
+    r->add_backup_addresses(added.addresses[b]);
+    r->add_building_members(added.members[b]);
+    table.AddEvent(
+        job, "backup_added",
+        absl::StrCat("shard ", shard, ": member ", added.members[b], " at ",
+                     added.addresses[b],
+                     " is a new backup, built by a state transfer from the "
+                     "primary while training goes on"),
+        added.members[b], writes);
+  }
+  table.Touch(job);
+}
+
+bool NoteBackupsInSync(JobTable& table, Job& job, int shard,
+                       const ShardStatus& status, WriteBatch* writes) {
+  if (shard >= job.record.replicas_size()) return false;
+  ShardReplicas* r = job.record.mutable_replicas(shard);
+  if (r->building_members_size() == 0) return false;
+  std::vector<int64_t> still;
+  for (int64_t m : r->building_members()) {
+    std::string address;
+    for (int b = 0; b < r->backup_members_size(); ++b) {
+      if (r->backup_members(b) == m) address = r->backup_addresses(b);
+    }
+    bool ready = false;
+    for (const ShardStatus::Backup& b : status.backups()) {
+      ready |= b.address() == address && !b.building();
+    }
+    if (!ready) {
+      still.push_back(m);
+      continue;
+    }
+    table.AddEvent(job, "backup_ready",
+                   absl::StrCat("shard ", shard, ": backup member ", m, " at ",
+                                address, " is in sync (state transfer done); ",
+                                r->backup_members_size() + 1, " replicas"),
+                   m, writes);
+  }
+  if (static_cast<int>(still.size()) == r->building_members_size()) {
+    return false;
+  }
+  r->clear_building_members();
+  for (int64_t m : still) r->add_building_members(m);
+  table.Touch(job);
+  return true;
 }
 
 void ApplyBackupDrop(JobTable& table, Job& job, int shard,
@@ -166,8 +319,7 @@ void ApplyBackupDrop(JobTable& table, Job& job, int shard,
     if (std::find(kept.backup_addresses().begin(),
                   kept.backup_addresses().end(),
                   a) != kept.backup_addresses().end()) {
-      next.add_backup_members(r->backup_members(b));
-      next.add_backup_addresses(a);
+      KeepBackup(*r, b, &next);
     } else {
       dropped.push_back(
           absl::StrCat("member ", r->backup_members(b), " at ", a));
@@ -200,7 +352,7 @@ void NoteShardAnswer(Job& job, int shard, const absl::Status& result,
   if (sh.unreachable_since_ms == 0) {
     sh.unreachable_since_ms = now_ms;
   } else if (now_ms - sh.unreachable_since_ms >= kUnreachableMs &&
-             job.record.replicas(shard).backup_members_size() > 0) {
+             InSyncBackups(job.record.replicas(shard)) > 0) {
     sh.primary_lost = true;
     if (shard < job.record.server_members_size()) {
       job.unreachable_servers.insert(job.record.server_members(shard));
@@ -211,6 +363,8 @@ void NoteShardAnswer(Job& job, int shard, const absl::Status& result,
 void NoteServerRestarted(JobTable& table, int64_t member, WriteBatch* writes) {
   for (auto& [id, job] : table.jobs()) {
     if (job->record.state() != RUNNING) continue;
+    // A new process: it may hold a new backup again.
+    job->unreachable_servers.erase(member);
     JobRecord& rec = job->record;
     job->shards.resize(rec.servers_size());
     bool changed = false;
@@ -223,8 +377,7 @@ void NoteServerRestarted(JobTable& table, int64_t member, WriteBatch* writes) {
           job->shards[i].backups_changed = true;
           continue;
         }
-        kept.add_backup_members(r->backup_members(b));
-        kept.add_backup_addresses(r->backup_addresses(b));
+        KeepBackup(*r, b, &kept);
       }
       if (kept.backup_members_size() != r->backup_members_size()) {
         table.AddEvent(
@@ -238,7 +391,7 @@ void NoteServerRestarted(JobTable& table, int64_t member, WriteBatch* writes) {
         changed = true;
       }
       if (i < rec.server_members_size() && rec.server_members(i) == member &&
-          r->backup_members_size() > 0) {
+          InSyncBackups(*r) > 0) {
         // Its primary restarted without the shard: a failover, not the
         // check and rollback of an unreplicated shard.
         job->shards[i].primary_lost = true;

@@ -9,14 +9,21 @@
 //
 // Losses (the reconciler acts, the RPCs outside the table's lock):
 // - A shard's primary dies (its member is DEAD) or comes back without the
-//   job (restarted): its first live backup is promoted (SetupJob with
-//   PRIMARY and the next epoch) and becomes servers(i); event `failover`.
-//   No rollback: the workers retry what was not acknowledged at the new
-//   address. Only a shard with no live backup left rolls the job back.
+//   job (restarted): its first live backup in sync is promoted (SetupJob
+//   with PRIMARY and the next epoch) and becomes servers(i); event
+//   `failover`. Its other live backups are set up again at the new epoch
+//   and given to it, each rebuilt by a state transfer. No rollback: the
+//   workers retry what was not acknowledged at the new address. Only a
+//   shard with no live backup in sync rolls the job back.
 // - A backup dies: its primary is told to drop it (SetupJob again with
 //   the remaining backups), so that its answers stop waiting for it; event
-//   `backup_lost`. A replacement needs a state transfer, not built yet:
-//   the shard goes on with fewer replicas.
+//   `backup_lost`.
+// Replacements: a shard with fewer backups than factor - 1 gets one on a
+// live server that holds no replica of it (PlanBackupAdd): SetupJob BACKUP
+// there, then the primary's SetupJob with it added; the primary builds it
+// by a state transfer (server/shard/replicated_shard.h). It is "building"
+// (never promoted) until a poll of the primary shows it in sync; events
+// `backup_added` and `backup_ready`.
 #ifndef PS_SERVER_COORDINATOR_REPLICAS_H_
 #define PS_SERVER_COORDINATOR_REPLICAS_H_
 
@@ -52,20 +59,39 @@ SetupJobRequest ReplicaSetup(const JobRecord& record, int shard,
                              const std::vector<int64_t>& workers);
 
 // Shard `shard`'s backups whose member is alive (and not found gone by
-// NoteShardAnswer), in order.
+// NoteShardAnswer), in order; with `in_sync`, only those not building.
 std::vector<int> LiveBackups(const Job& job, int shard,
-                             const Membership& members);
+                             const Membership& members, bool in_sync = false);
 
-// A promotion to plan: the backup (index in replicas(shard)) and the
-// SetupJob that makes it the primary.
+// Servers to set up as a shard's new backups before its primary is given
+// them (SetupJob `setup`, BACKUP at the shard's epoch, to each).
+struct NewBackups {
+  std::vector<int64_t> members;
+  std::vector<std::string> addresses;
+  SetupJobRequest setup;
+};
+
+// A promotion to plan: the backup (index in replicas(shard)), the SetupJob
+// that makes it the primary, and the shard's other live backups, set up
+// again at the new epoch and rebuilt by the new primary.
 struct Promotion {
   int backup = -1;
   int64_t member = 0;
   std::string address;
   SetupJobRequest request;
+  NewBackups rebuilt;
 };
-// The promotion of shard `shard`'s first live backup; backup -1: none.
+// The promotion of shard `shard`'s first live backup in sync; backup -1:
+// none.
 Promotion PlanPromotion(const Job& job, int shard, const Membership& members);
+
+// A new backup for shard `shard` when it has fewer than factor - 1 (and
+// none lost still to drop): the live server holding the fewest replicas of
+// the job's shards (ties: the lowest member id) among those holding none
+// of this shard. `primary` is the SetupJob that gives the shard's primary
+// its backups with the new one; empty members when there is none to add.
+NewBackups PlanBackupAdd(const Job& job, int shard, const Membership& members,
+                         SetupJobRequest* primary);
 
 // The SetupJob that tells shard `shard`'s primary to keep only its live
 // backups; an empty job_id when none of them is lost.
@@ -73,10 +99,25 @@ SetupJobRequest PlanBackupDrop(const Job& job, int shard,
                                const Membership& members);
 
 // Records a done promotion (`setup` sent to `member` at `address`, which
-// answered `version`): it is shard `shard`'s primary.
+// answered `version`): it is shard `shard`'s primary, and `rebuilt` (those
+// of the plan that took their setup) its backups, building.
 void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
                     const std::string& address, const SetupJobRequest& setup,
-                    int64_t version, WriteBatch* writes)
+                    int64_t version, const NewBackups& rebuilt,
+                    WriteBatch* writes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
+
+// Records shard `shard`'s new backups `added` (building); event
+// `backup_added`.
+void ApplyBackupAdd(JobTable& table, Job& job, int shard,
+                    const NewBackups& added, WriteBatch* writes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
+
+// A poll of shard `shard`'s primary answered `status`: its building
+// backups that it reports in sync become promotable (event
+// `backup_ready`). Returns whether the record changed.
+bool NoteBackupsInSync(JobTable& table, Job& job, int shard,
+                       const ShardStatus& status, WriteBatch* writes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(table.mu());
 
 // Records that shard `shard` keeps only the backups at `kept` addresses.

@@ -84,7 +84,9 @@ TEST_F(ReplicasTest, ALostPrimarysBackupIsPromoted) {
   EXPECT_EQ(p.request.shard_index(), 1);
   ASSERT_EQ(p.request.worker_ids_size(), 1);
   WriteBatch writes;
-  ApplyPromotion(table_, *job_, 1, p.member, p.address, p.request, 17, &writes);
+  EXPECT_TRUE(p.rebuilt.members.empty());  // factor 2: no other backup
+  ApplyPromotion(table_, *job_, 1, p.member, p.address, p.request, 17,
+                 p.rebuilt, &writes);
   const JobRecord& rec = job_->record;
   EXPECT_EQ(rec.servers(1), "s3");
   EXPECT_EQ(rec.server_members(1), 3);
@@ -143,6 +145,82 @@ TEST_F(ReplicasTest, APrimaryThatRefusesCallsTwiceIsLost) {
   EXPECT_FALSE(job_->shards[2].primary_lost);
 }
 
+// A shard that lost its backup gets a new one on a live server holding no
+// replica of it (the fewest replicas of the job: a spare server first); it
+// is building, so not promoted, until its primary reports it in sync.
+TEST_F(ReplicasTest, ALostBackupIsReplacedAndPromotableOnceInSync) {
+  absl::MutexLock l(&table_.mu());
+  WriteBatch writes;
+  SetupJobRequest primary;
+  EXPECT_TRUE(PlanBackupAdd(*job_, 0, members_, &primary).members.empty());
+  clock_.Advance(absl::Seconds(11));
+  for (int64_t m : {1, 3}) ASSERT_TRUE(members_.Heartbeat(m).ok());
+  members_.DetectDead();  // member 2 (s2), shard 0's backup
+  // The lost one is dropped first.
+  EXPECT_TRUE(PlanBackupAdd(*job_, 0, members_, &primary).members.empty());
+  ApplyBackupDrop(table_, *job_, 0, PlanBackupDrop(*job_, 0, members_),
+                  &writes);
+  NewBackups add = PlanBackupAdd(*job_, 0, members_, &primary);
+  ASSERT_EQ(add.members, (std::vector<int64_t>{3}));
+  EXPECT_EQ(add.addresses, (std::vector<std::string>{"s3"}));
+  EXPECT_EQ(add.setup.replica_role(), SetupJobRequest::BACKUP);
+  EXPECT_EQ(add.setup.shard_index(), 0);
+  EXPECT_EQ(primary.replica_role(), SetupJobRequest::PRIMARY);
+  EXPECT_EQ(primary.backup_addresses_size(), 1);
+  // A spare server (member 4, holding nothing) is the better place.
+  RegisterRequest spare;
+  spare.set_role(SERVER);
+  spare.set_address("s4");
+  spare.set_member_id(4);
+  ASSERT_TRUE(members_.Register(spare).ok());
+  add = PlanBackupAdd(*job_, 0, members_, &primary);
+  ASSERT_EQ(add.members, (std::vector<int64_t>{4}));
+  EXPECT_EQ(primary.backup_addresses(0), "s4");
+  ApplyBackupAdd(table_, *job_, 0, add, &writes);
+  EXPECT_EQ(job_->events.back().kind(), "backup_added");
+  EXPECT_EQ(job_->record.replicas(0).backup_members(0), 4);
+  EXPECT_TRUE(PlanBackupAdd(*job_, 0, members_, &primary).members.empty());
+  // Building: the primary's loss now would have no backup to promote.
+  EXPECT_EQ(PlanPromotion(*job_, 0, members_).backup, -1);
+  ShardStatus status;
+  ShardStatus::Backup* b = status.add_backups();
+  b->set_address("s4");
+  b->set_building(true);
+  EXPECT_FALSE(NoteBackupsInSync(table_, *job_, 0, status, &writes));
+  b->set_building(false);
+  EXPECT_TRUE(NoteBackupsInSync(table_, *job_, 0, status, &writes));
+  EXPECT_EQ(job_->events.back().kind(), "backup_ready");
+  EXPECT_EQ(PlanPromotion(*job_, 0, members_).member, 4);
+}
+
+// Factor 3: a promotion gives the new primary the other live backup, set
+// up again at the new epoch and rebuilt (building until in sync).
+TEST_F(ReplicasTest, APromotionRebuildsTheOtherBackups) {
+  absl::MutexLock l(&table_.mu());
+  job_->record.mutable_spec()->mutable_replication()->set_factor(3);
+  AssignReplicas(job_->record);
+  Promotion p = PlanPromotion(*job_, 0, members_);
+  ASSERT_EQ(p.member, 2);
+  EXPECT_EQ(p.rebuilt.members, (std::vector<int64_t>{3}));
+  EXPECT_EQ(p.rebuilt.setup.replica_role(), SetupJobRequest::BACKUP);
+  EXPECT_EQ(p.rebuilt.setup.replica_epoch(), 2);
+  ASSERT_EQ(p.request.backup_addresses_size(), 1);
+  EXPECT_EQ(p.request.backup_addresses(0), "s3");
+  WriteBatch writes;
+  ApplyPromotion(table_, *job_, 0, p.member, p.address, p.request, 5, p.rebuilt,
+                 &writes);
+  const ShardReplicas& r = job_->record.replicas(0);
+  EXPECT_EQ(r.backup_members_size(), 1);
+  EXPECT_EQ(r.building_members_size(), 1);
+  EXPECT_NE(job_->events.back().message().find("rebuilt by a state transfer"),
+            std::string::npos);
+  // Factor 3 wants two backups: member 1 (the old primary's server) is
+  // alive, so it is the place for the second.
+  SetupJobRequest primary;
+  EXPECT_EQ(PlanBackupAdd(*job_, 0, members_, &primary).members,
+            (std::vector<int64_t>{1}));
+}
+
 TEST_F(ReplicasTest, ARestartedServerLosesItsReplicas) {
   absl::MutexLock l(&table_.mu());
   WriteBatch writes;
@@ -156,6 +234,23 @@ TEST_F(ReplicasTest, ARestartedServerLosesItsReplicas) {
   EXPECT_EQ(drop.job_id(), "job-1");
   EXPECT_EQ(drop.backup_addresses_size(), 0);
   EXPECT_EQ(PlanPromotion(*job_, 1, members_).member, 3);
+}
+
+// A primary whose only backup is still building is not failed over: the
+// shard is checked (and the job rolled back) as an unreplicated one is.
+TEST_F(ReplicasTest, APrimaryWithOnlyABuildingBackupIsCheckedNotFailedOver) {
+  absl::MutexLock l(&table_.mu());
+  job_->record.mutable_replicas(1)->add_building_members(3);
+  job_->shards[1].needs_check = true;
+  WriteBatch writes;
+  NoteServerRestarted(table_, 2, &writes);
+  EXPECT_FALSE(job_->shards[1].primary_lost);
+  EXPECT_TRUE(job_->shards[1].needs_check);
+  EXPECT_EQ(PlanPromotion(*job_, 1, members_).backup, -1);
+  const absl::Status refused = absl::UnavailableError("connection refused");
+  NoteShardAnswer(*job_, 1, refused, 1000);
+  NoteShardAnswer(*job_, 1, refused, 1000 + kUnreachableMs);
+  EXPECT_FALSE(job_->shards[1].primary_lost);
 }
 
 }  // namespace

@@ -117,7 +117,8 @@ RollbackResult RollBack(ShardClient* shards, const std::string& job_id,
                         const JobSpec& spec,
                         const std::vector<std::string>& servers,
                         const std::vector<int64_t>& worker_ids,
-                        int64_t incarnation, std::vector<int> lost) {
+                        int64_t incarnation, std::vector<int> lost,
+                        const std::vector<int64_t>& replica_epochs) {
   const int n = static_cast<int>(servers.size());
   auto set_up = [&](int i, int64_t max_version,
                     int64_t start_version) -> absl::StatusOr<int64_t> {
@@ -130,6 +131,10 @@ RollbackResult RollBack(ShardClient* shards, const std::string& job_id,
     req.set_replace(true);
     req.set_incarnation(incarnation);
     req.set_start_version(start_version);
+    if (i < static_cast<int>(replica_epochs.size())) {
+      req.set_replica_role(SetupJobRequest::PRIMARY);
+      req.set_replica_epoch(replica_epochs[i] + 1);
+    }
     if (max_version != 0) {
       req.set_restore(true);
       req.set_restore_max_version(std::max<int64_t>(max_version, 0));

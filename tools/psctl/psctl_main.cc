@@ -242,11 +242,16 @@ void PrintJob(const JobData& job) {
   std::printf("workers    %d, servers %d, events %lld\n", r.workers_size(),
               r.servers_size(), static_cast<long long>(r.num_events()));
   if (r.replicas_size() > 0) {
-    // Replicated shards: the backups each shard still has.
+    // Replicated shards: the backups each shard has (and of them, those
+    // still being built by a state transfer).
     std::string backups;
     for (int i = 0; i < r.replicas_size(); ++i) {
-      absl::StrAppend(&backups, i == 0 ? "" : ", ",
-                      r.replicas(i).backup_members_size());
+      const ShardReplicas& s = r.replicas(i);
+      absl::StrAppend(
+          &backups, i == 0 ? "" : ", ", s.backup_members_size(),
+          s.building_members_size() > 0
+              ? absl::StrCat(" (", s.building_members_size(), " building)")
+              : "");
     }
     std::printf("replicas   factor %d, backups per shard: %s\n",
                 r.spec().replication().factor(), backups.c_str());
