@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/spec/data_plan.h"
@@ -45,6 +46,10 @@ std::vector<ShardAction> PlanShardActions(Job& job, const std::vector<bool>& up,
     } else if (IsTerminal(state) && !s.torn_down) {
       if (up[i]) {
         add(ShardAction::kTeardown, i, address);
+        if (i < job.record.replicas_size()) {
+          const auto& backups = job.record.replicas(i).backup_addresses();
+          actions.back().replicas.assign(backups.begin(), backups.end());
+        }
       } else {
         s.torn_down = true;  // nothing left there to tear down
       }
@@ -379,6 +384,20 @@ Reconciler::Outcome Reconciler::CallShards(const Round& round) {
     if (st.ok()) out.totals[k] = *st;
   }
   for (size_t k = 0; k < n; ++k) CallShard(round, k, &out);
+  // Servers that hold only backups of the job, after the primaries (whose
+  // teardown removes every shard of the job on their server) and without
+  // a checkpoint (the primaries wrote the job's). Best effort: one that is
+  // down has lost them already.
+  std::set<std::string> torn(round.servers.begin(), round.servers.end());
+  for (const ShardAction& a : round.actions) {
+    if (a.kind != ShardAction::kTeardown) continue;
+    for (const std::string& address : a.replicas) {
+      if (!torn.insert(address).second) continue;
+      TeardownJobRequest req;
+      req.set_job_id(round.job_id);
+      shards_->TeardownJob(address, req).IgnoreError();
+    }
+  }
   if (round.state != RUNNING || !round.all_up ||
       (out.lost.empty() && !round.rollback_pending)) {
     return out;

@@ -57,6 +57,9 @@ struct ShardAction {
   int64_t member = 0;  // kPromote: the backup promoted
   SetupJobRequest setup;
   NewBackups backups;
+  // kTeardown: the shard's backups, torn down too where no primary of the
+  // job is (a spare or restarted server holding only backups).
+  std::vector<std::string> replicas;
 };
 
 // The calls for the job's shards given which are up (by shard index),

@@ -304,6 +304,26 @@ TEST_F(ReconcilerTest, AnEndedJobIsTornDownAfterALastPoll) {
   EXPECT_EQ(shards_.teardowns.size(), 2u) << "torn down once";
 }
 
+// A replicated job's backups on a server that holds no primary of it (a
+// spare) are torn down too, after the primaries and without a checkpoint.
+TEST_F(ReconcilerTest, AnEndedJobsBackupsOnlyServerIsTornDownToo) {
+  Job& job = Running(2);
+  ShardReplicas* r0 = job.record.add_replicas();
+  r0->add_backup_members(2);
+  r0->add_backup_addresses(job.record.servers(1));  // a primary's server
+  ShardReplicas* r1 = job.record.add_replicas();
+  r1->add_backup_members(9);
+  r1->add_backup_addresses("127.0.0.1:7009");  // backups only
+  job.record.set_state(SUCCEEDED);
+  reconciler_.Reconcile("job-1");
+  ASSERT_EQ(shards_.teardowns.size(), 3u);
+  EXPECT_EQ(shards_.teardowns[0].first, job.record.servers(0));
+  EXPECT_EQ(shards_.teardowns[1].first, job.record.servers(1));
+  EXPECT_TRUE(shards_.teardowns[1].second.final_checkpoint());
+  EXPECT_EQ(shards_.teardowns[2].first, "127.0.0.1:7009");
+  EXPECT_FALSE(shards_.teardowns[2].second.final_checkpoint());
+}
+
 TEST_F(ReconcilerTest, ATeardownIsTriedThreeTimes) {
   Job& job = Running(1);
   job.record.set_state(CANCELLED);
