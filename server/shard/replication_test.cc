@@ -503,6 +503,53 @@ TEST(Replication, APromotedPrimaryRebuildsTheOtherBackup) {
   ExpectSameState(StateOf(*b), StateOf(*c));
 }
 
+// The replica gauges: each server's role and epoch per shard, a primary's
+// backups in sync or building and its farthest backup's lag; a shard torn
+// down reads 0.
+TEST(Replication, ReplicaGaugesShowRolesBackupsAndLag) {
+  MetricsRegistry ma, mb;
+  Net net;
+  auto a = net.NewServer("a", &ma);
+  auto b = net.NewServer("b", &mb);
+  const JobSpec spec = ReplicatedSpec(ConsistencySpec::ASP);
+  ASSERT_TRUE(b->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::BACKUP)).ok());
+  ASSERT_TRUE(
+      a->SetupJob(RoleSetup(spec, {1}, SetupJobRequest::PRIMARY, {"b"})).ok());
+  ASSERT_TRUE(PushStep(*a, 1, 1, 0, true).ok());
+  const std::string labels = "{job=\"job1\",shard=\"0\"}";
+  std::string text = ma.TextSnapshot();
+  EXPECT_TRUE(absl::StrContains(text, "ps_shard_replica_role" + labels + " 1"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "ps_shard_replica_epoch" + labels + " 1"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(
+      text,
+      "ps_shard_replica_backups{job=\"job1\",shard=\"0\",state=\"in_sync\"} 1"))
+      << text;
+  EXPECT_TRUE(
+      absl::StrContains(text, "ps_shard_replica_lag_entries" + labels + " 0"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(mb.TextSnapshot(),
+                                "ps_shard_replica_role" + labels + " 2"))
+      << mb.TextSnapshot();
+  // A backup that does not answer: the primary's lag shows it.
+  net.Close();
+  std::thread pusher([&] { (void)PushStep(*a, 1, 2, 1, true); });
+  absl::SleepFor(absl::Milliseconds(100));
+  text = ma.TextSnapshot();
+  EXPECT_TRUE(
+      absl::StrContains(text, "ps_shard_replica_lag_entries" + labels + " 1"))
+      << text;
+  net.Open();
+  pusher.join();
+  TeardownJobRequest down;
+  down.set_job_id("job1");
+  ASSERT_TRUE(a->TeardownJob(down).ok());
+  EXPECT_TRUE(absl::StrContains(ma.TextSnapshot(),
+                                "ps_shard_replica_role" + labels + " 0"))
+      << ma.TextSnapshot();
+}
+
 // A push and a pull are answered only once the backup holds what they
 // reflect; dropping the backup releases them.
 TEST(Replication, AnswersWaitForTheBackup) {

@@ -24,11 +24,91 @@ ShardRouter::ShardRouter(StoreFactory new_store, ReplicaLinkFactory links,
     : new_store_(std::move(new_store)),
       links_(std::move(links)),
       metrics_(metrics) {
-  absl::MutexLock l(&mu_);
-  stores_.push_back(std::move(first));
+  {
+    absl::MutexLock l(&mu_);
+    stores_.push_back(std::move(first));
+  }
+  if (metrics_ != nullptr) {
+    replica_hook_ = metrics_->AddCollectHook([this] { PublishReplicas(); });
+  }
 }
 
-ShardRouter::~ShardRouter() { StopPrimaries(); }
+ShardRouter::~ShardRouter() {
+  replica_hook_.reset();
+  StopPrimaries();
+}
+
+void ShardRouter::PublishReplicas() {
+  struct Line {
+    std::pair<std::string, int> key;
+    SetupJobRequest::ReplicaRole role = SetupJobRequest::UNREPLICATED;
+    int64_t epoch = 0;
+    std::shared_ptr<ReplicatedShard> primary;
+  };
+  std::vector<Line> lines;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    for (const auto& [job, shards] : held_) {
+      for (const auto& [shard, held] : shards) {
+        if (held->role == SetupJobRequest::UNREPLICATED) continue;
+        Line& line = lines.emplace_back();
+        line.key = {job, shard};
+        line.role = held->role;
+        line.primary = held->primary;
+        line.epoch = held->primary != nullptr  ? held->primary->epoch()
+                     : held->backup != nullptr ? held->backup->epoch()
+                                               : 0;
+      }
+    }
+  }
+  auto gauge = [&](const std::string& name, const std::string& help,
+                   const std::pair<std::string, int>& key,
+                   const std::string& state = "") -> prometheus::Gauge& {
+    MetricsRegistry::Labels labels = {{"job", key.first},
+                                      {"shard", absl::StrCat(key.second)}};
+    if (!state.empty()) labels.emplace("state", state);
+    return metrics_->Gauge(name, help, labels);
+  };
+  auto publish = [&](const std::pair<std::string, int>& key, int role,
+                     int64_t epoch, int in_sync, int building, int64_t lag) {
+    gauge("shard_replica_role",
+          "This server's replica of the shard: 1 primary, 2 backup, 0 none",
+          key)
+        .Set(role);
+    if (epoch > 0) {
+      gauge("shard_replica_epoch",
+            "The shard's replica epoch (one more at every failover)", key)
+          .Set(static_cast<double>(epoch));
+    }
+    const std::string backups_help =
+        "A primary's backups, in sync or being built by a state transfer";
+    gauge("shard_replica_backups", backups_help, key, "in_sync").Set(in_sync);
+    gauge("shard_replica_backups", backups_help, key, "building").Set(building);
+    gauge("shard_replica_lag_entries",
+          "Changes a primary made that its farthest backup does not hold yet",
+          key)
+        .Set(static_cast<double>(lag));
+  };
+  std::set<std::pair<std::string, int>> now;
+  for (const Line& line : lines) {
+    int in_sync = 0, building = 0;
+    int64_t lag = 0;
+    if (line.primary != nullptr) {
+      const int64_t applied = line.primary->applied_index();
+      for (const BackupStatus& b : line.primary->Backups()) {
+        (b.building ? building : in_sync) += 1;
+        lag = std::max(lag, applied - b.acked_index);
+      }
+    }
+    publish(line.key, line.role, line.epoch, in_sync, building, lag);
+    now.insert(line.key);
+  }
+  absl::MutexLock l(&publish_mu_);
+  for (const auto& key : published_) {
+    if (!now.count(key)) publish(key, 0, 0, 0, 0, 0);
+  }
+  published_ = std::move(now);
+}
 
 void ShardRouter::StopPrimaries() {
   std::vector<std::shared_ptr<ReplicatedShard>> primaries;

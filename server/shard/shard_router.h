@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,7 +50,13 @@ class ShardRouter final : public ShardStore {
   // `new_store` makes each store (the first at once); `links` connects a
   // primary to a backup's address. With `metrics`, each backup counts the
   // changes it answered otherwise than its primary in
-  // shard_replica_mismatches_total{job, shard}.
+  // shard_replica_mismatches_total{job, shard}, and each replicated shard
+  // held here shows at every collection (PublishReplicas):
+  //   shard_replica_role{job, shard}      1 primary, 2 backup (0: gone)
+  //   shard_replica_epoch{job, shard}     raised at every failover
+  //   shard_replica_backups{job, shard, state="in_sync"|"building"}
+  //   shard_replica_lag_entries{job, shard}  a primary's farthest backup's
+  //                                           changes not yet held
   static absl::StatusOr<std::unique_ptr<ShardRouter>> Create(
       StoreFactory new_store, ReplicaLinkFactory links,
       MetricsRegistry* metrics = nullptr);
@@ -120,6 +127,9 @@ class ShardRouter final : public ShardStore {
   std::vector<ShardStore*> Stores() const;
   // Releases every replicated shard's waiting answers and stops its senders.
   void StopPrimaries();
+  // Sets the replica gauges (Create's comment) of every replicated shard
+  // held here, and zeroes those of shards gone since the last call.
+  void PublishReplicas();
 
   const StoreFactory new_store_;
   const ReplicaLinkFactory links_;
@@ -131,6 +141,11 @@ class ShardRouter final : public ShardStore {
   // By job id, then shard index.
   std::map<std::string, std::map<int, std::unique_ptr<Held>>, std::less<>> held_
       ABSL_GUARDED_BY(mu_);
+  // (job, shard) whose replica gauges PublishReplicas set last time.
+  absl::Mutex publish_mu_;
+  std::set<std::pair<std::string, int>> published_ ABSL_GUARDED_BY(publish_mu_);
+  // Last: removed before the rest goes.
+  std::unique_ptr<MetricsRegistry::CollectHook> replica_hook_;
 };
 
 }  // namespace ps::server
