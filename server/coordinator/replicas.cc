@@ -52,6 +52,13 @@ SetupJobRequest BaseSetup(const JobRecord& record, int shard,
   return req;
 }
 
+// A new backup of `r`, building until its primary reports it in sync.
+void AddBuilding(ShardReplicas* r, int64_t member, const std::string& address) {
+  r->add_backup_members(member);
+  r->add_backup_addresses(address);
+  r->add_building_members(member);
+}
+
 std::vector<int64_t> ActiveWorkers(const Job& job) {
   std::vector<int64_t> out;
   for (const WorkerSlot& s : job.record.slots()) {
@@ -208,9 +215,7 @@ void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
   r->clear_building_members();
   std::vector<std::string> names;
   for (size_t b = 0; b < rebuilt.members.size(); ++b) {
-    r->add_backup_members(rebuilt.members[b]);
-    r->add_backup_addresses(rebuilt.addresses[b]);
-    r->add_building_members(rebuilt.members[b]);
+    AddBuilding(r, rebuilt.members[b], rebuilt.addresses[b]);
     names.push_back(absl::StrCat("member ", rebuilt.members[b], " at ",
                                  rebuilt.addresses[b]));
   }
@@ -260,9 +265,7 @@ void ApplyBackupAdd(JobTable& table, Job& job, int shard,
                     const NewBackups& added, WriteBatch* writes) {
   ShardReplicas* r = job.record.mutable_replicas(shard);
   for (size_t b = 0; b < added.members.size(); ++b) {
-    r->add_backup_members(added.members[b]);
-    r->add_backup_addresses(added.addresses[b]);
-    r->add_building_members(added.members[b]);
+    AddBuilding(r, added.members[b], added.addresses[b]);
     table.AddEvent(
         job, "backup_added",
         absl::StrCat("shard ", shard, ": member ", added.members[b], " at ",

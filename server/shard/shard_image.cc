@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/platform/status.h"
 #include "common/wire/checkpoint.h"
+#include "server/shard/job_checkpoint.h"
 #include "server/shard/sparse_table.h"
 
 namespace ps::server {
@@ -46,44 +47,42 @@ absl::StatusOr<ShardImage> ImageOf(Job& job) {
     PS_RETURN_IF_ERROR(CheckQuiet(job));
   }
   absl::WriterMutexLock al(&job.apply_mu);
-  absl::MutexLock jl(&job.mu);
-  PS_RETURN_IF_ERROR(CheckQuiet(job));
   ShardImage image;
-  CheckpointData data;
-  data.job_id = job.id;
-  data.spec = job.spec;
-  data.shard_index = job.shard_index;
-  data.num_shards = job.num_shards;
-  data.version = job.version;
-  for (const auto& table : job.tables) {
-    if (IsSparse(job, table.get())) {
-      static_cast<SparseTable*>(table.get())
-          ->Image(&data, image.add_sparse_tables());
-    } else {
-      table->Snapshot(job.version, &data);
+  int64_t version = 0;
+  {
+    absl::MutexLock jl(&job.mu);
+    PS_RETURN_IF_ERROR(CheckQuiet(job));
+    version = job.version;
+    image.set_version(job.version);
+    image.set_membership_epoch(job.membership_epoch);
+    image.set_last_checkpoint_version(job.last_checkpoint_version);
+    image.set_early_step(job.early_step);
+    for (const std::vector<int64_t>& parts : job.early_applied) {
+      image.add_early_applied()->mutable_steps()->Add(parts.begin(),
+                                                      parts.end());
+    }
+    std::vector<int64_t> ids;
+    for (const auto& [id, w] : job.workers) ids.push_back(id);
+    std::sort(ids.begin(), ids.end());
+    for (int64_t id : ids) {
+      const WorkerState& w = job.workers.at(id);
+      ShardImage::Worker* out = image.add_workers();
+      out->set_id(id);
+      out->set_active(w.active);
+      out->set_clock(w.clock);
+      out->set_last_push_ms(w.last_push_ms);
+      out->set_pushed_step(w.pushed_step);
+      out->set_seq_contiguous(w.seq.contiguous());
+      for (uint64_t s : w.seq.DoneAbove()) out->add_seq_done(s);
     }
   }
-  image.set_tables(EncodeCheckpoint(data));
-  image.set_version(job.version);
-  image.set_membership_epoch(job.membership_epoch);
-  image.set_last_checkpoint_version(job.last_checkpoint_version);
-  image.set_early_step(job.early_step);
-  for (const std::vector<int64_t>& parts : job.early_applied) {
-    image.add_early_applied()->mutable_steps()->Add(parts.begin(), parts.end());
-  }
-  std::vector<int64_t> ids;
-  for (const auto& [id, w] : job.workers) ids.push_back(id);
-  std::sort(ids.begin(), ids.end());
-  for (int64_t id : ids) {
-    const WorkerState& w = job.workers.at(id);
-    ShardImage::Worker* out = image.add_workers();
-    out->set_id(id);
-    out->set_active(w.active);
-    out->set_clock(w.clock);
-    out->set_last_push_ms(w.last_push_ms);
-    out->set_pushed_step(w.pushed_step);
-    out->set_seq_contiguous(w.seq.contiguous());
-    for (uint64_t s : w.seq.DoneAbove()) out->add_seq_done(s);
+  // The tables as a checkpoint has them, then what it leaves out of the
+  // sparse ones (in the same row order: nothing changes them while
+  // apply_mu is held and the caller keeps pushes out), without the job's
+  // mutex (table.h's lock order).
+  image.set_tables(EncodeCheckpoint(SnapshotJob(job, version)));
+  for (SparseTable* t : job.sparse_tables) {
+    t->ImageExtras(image.add_sparse_tables());
   }
   return image;
 }

@@ -487,11 +487,9 @@ void SparseTable::Snapshot(int64_t, CheckpointData* data) {
   });
 }
 
-void SparseTable::Image(CheckpointData* data, ShardImage::SparseTable* extras) {
-  Snapshot(0, data);
+void SparseTable::ImageExtras(ShardImage::SparseTable* extras) {
   extras->set_name(spec_.name());
-  extras->mutable_touched()->Reserve(
-      static_cast<int>(data->sparse_tables.back().keys.size()));
+  extras->mutable_touched()->Reserve(static_cast<int>(rows_->rows()));
   rows_->ForEachRow([&](const RowMeta& meta, absl::Span<const float>) {
     extras->add_touched(meta.touched);
   });

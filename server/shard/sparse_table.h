@@ -94,11 +94,11 @@ class SparseTable final : public Table {
   void Restore(const std::vector<CheckpointData>& files) override;
 
   // A state transfer (shard_image.h), under the job's apply_mu held
-  // exclusively with nothing staged: Snapshot's rows (oldest first) and
-  // what a checkpoint leaves out (each row's touched version, the table's
-  // version, the admission filter's counters); Install makes this table
-  // that state (FAILED_PRECONDITION if the image does not fit it).
-  void Image(CheckpointData* data, ShardImage::SparseTable* extras);
+  // exclusively with nothing staged: what Snapshot leaves out (each row's
+  // touched version, in Snapshot's row order, the table's version, the
+  // admission filter's counters); Install makes this table Snapshot's rows
+  // with those (FAILED_PRECONDITION if the image does not fit it).
+  void ImageExtras(ShardImage::SparseTable* extras);
   absl::Status Install(const CheckpointSparseTable& rows,
                        const ShardImage::SparseTable& extras);
 
