@@ -16,10 +16,18 @@
 #     the heartbeat timeout: server_failure, the workers stall; restored,
 #     the coordinator sees it back (server_recovered: the shard kept its
 #     state) and the job SUCCEEDS.
+#     --cut backup (3 servers, jobs with replication factor 2): the hosts
+#     of servers 0 and 1 are partitioned from each other mid-job, silently
+#     (netsim.sh partition), while the coordinator and the workers reach
+#     both: the shard whose primary and backup they hold drops that backup
+#     (backup_lost: its primary had no answer from it), gets a new one on
+#     the third server (backup_ready), and the job goes on with no failover
+#     and no rollback, to a SUCCEEDED end with the accuracy of the same job
+#     run first without the partition (BSP: no update lost or doubled).
 #  4. After teardown no namespace (hence no veth, no bridge) of the run is
 #     left, and no daemon.
 # Options: --servers=S (default 1), --models=BSP,ASP (BSP),
-# --cut=worker|server (worker).
+# --cut=worker|server|backup (worker).
 # Skips (in test.xml, with the reason) when not root or when network
 # namespaces cannot be made. Every wait is bounded.
 #
@@ -49,7 +57,8 @@ while (($#)); do
     *) echo "unknown option $1"; exit 2 ;;
   esac
 done
-[[ $cut == worker || $cut == server ]] || { echo "--cut worker or server"; exit 2; }
+[[ $cut =~ ^(worker|server|backup)$ ]] || { echo "--cut worker, server or backup"; exit 2; }
+[[ $cut != backup ]] || ((servers >= 3)) || { echo "--cut backup needs --servers=3 or more"; exit 2; }
 w0=h$((servers + 1)) w1=h$((servers + 2))  # the worker hosts
 
 # ---- prerequisites ----------------------------------------------------------
@@ -130,6 +139,7 @@ optimizer {
 consistency { model: ${3:-BSP} heartbeat_timeout_ms: 3000 barrier_timeout_ms: 60000 }
 data { batch_size: 64 max_steps: $2 eval_every_steps: 500 }
 checkpoint { every_versions: 50 }
+$([[ $cut == backup ]] && echo "replication { factor: 2 }")
 num_workers: 2
 seed: 7
 EOT
@@ -185,8 +195,20 @@ for model in $models; do
     fail "the workers' connections to $server from $w0 and $w1 were not seen (saw: ${seen:-none})"
 done
 
+accuracy_of() {
+  psctl metrics "$1" --format csv |
+    awk -F, '$2 == "test_accuracy" { v = $7 } END { print v }' || true
+}
 # 3. A link cut mid-job.
-spec netsim_cut 2000
+if [[ $cut == backup ]]; then
+  spec netsim_clean 1500
+  JOB=$(psctl submit "$tmp/netsim_clean.pbtxt" | head -n1)
+  state=$(wait_end "$JOB" 240) || true
+  [[ $state == SUCCEEDED ]] || fail "the clean job ended $state"
+  clean_accuracy=$(accuracy_of "$JOB")
+  log "clean run: test accuracy $clean_accuracy"
+fi
+spec netsim_cut $([[ $cut == backup ]] && echo 1500 || echo 2000)
 JOB=$(psctl submit "$tmp/netsim_cut.pbtxt" | head -n1)
 end=$((SECONDS + 90))
 until s=$(step_of "$JOB"); [[ -n $s ]] && ((s >= 200)); do
@@ -217,6 +239,33 @@ if [[ $cut == worker ]]; then
     sleep 0.5
   done
   log "restored: both workers ALIVE $((SECONDS - t_cut)) s after the cut"
+elif [[ $cut == backup ]]; then
+  s0=$(step_of "$JOB")
+  "$C" net partition h1 h2
+  t_cut=$SECONDS
+  log "partitioned h1 from h2 (servers 0 and 1) at step $s0"
+  end=$((SECONDS + 60))
+  until psctl events "$JOB" 2>/dev/null | grep -q 'backup_ready.*2 replicas'; do
+    ((SECONDS < end)) || fail "no new backup in sync within 60 s of the partition"
+    sleep 0.5
+  done
+  log "new backup in sync $((SECONDS - t_cut)) s after the partition"
+  ev=$(psctl events "$JOB")
+  grep -E 'backup_|failover|rollback' <<<"$ev"
+  grep -qE 'backup_lost .*no answer from it' <<<"$ev" ||
+    fail "no backup_lost event saying its primary had no answer"
+  grep -qE 'failover|rollback|evicted' <<<"$ev" &&
+    fail "a failover, rollback or eviction: the coordinator reaches every server"
+  state=$(wait_end "$JOB" 180) || true
+  [[ $state == SUCCEEDED ]] || fail "the partitioned job ended $state"
+  psctl status "$JOB" | grep -E '^(state|progress|metric|replicas)'
+  psctl status "$JOB" | grep -qE '^replicas +factor 2, backups per shard: 1, 1, 1$' ||
+    fail "not every shard has a backup at the end"
+  accuracy=$(accuracy_of "$JOB")
+  log "partitioned run: test accuracy $accuracy (clean: $clean_accuracy)"
+  [[ -n $accuracy && $accuracy == "$clean_accuracy" ]] ||
+    fail "test accuracy $accuracy, not the clean run's $clean_accuracy"
+  "$C" net heal h1 h2
 else
   # server_failure; the workers stall; restored: server_recovered, SUCCEEDED.
   s0=$(step_of "$JOB")

@@ -49,8 +49,8 @@ class CoordinatorImpl : public Coordinator {
         table_(clock),
         scheduler_(options.heartbeat_interval_ms, &table_, &membership_, shards,
                    store),
-        reconciler_(options.shard_poll_interval_ms, &table_, &membership_,
-                    shards, store) {}
+        reconciler_(options.shard_poll_interval_ms, options.backup_timeout_ms,
+                    &table_, &membership_, shards, store) {}
 
   absl::Status Load();
 

@@ -59,6 +59,11 @@ struct CoordinatorOptions {
   // How often a running job's shards are asked for their counters
   // (dropped / rejected gradients become events and JobRecord totals).
   int64_t shard_poll_interval_ms = 5000;
+  // A replicated shard's backup that its primary has waited for this long
+  // (a link cut between the two, or a backup too slow to answer) is
+  // dropped so that the primary's answers stop waiting; a new one is built
+  // on another server.
+  int64_t backup_timeout_ms = 3000;
   // Step rates for straggler detection are measured over this window.
   int64_t rate_window_ms = 10000;
   // Whether a submitted spec's dataset directory must exist here.

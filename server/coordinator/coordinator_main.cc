@@ -63,6 +63,11 @@ ABSL_FLAG(int64_t, server_wait_timeout_ms, 120000,
           "A running job whose parameter-server shard stays down this long "
           "fails (a shard restarted at the same address within it is set up "
           "again from its checkpoint).");
+ABSL_FLAG(int64_t, backup_timeout_ms, 3000,
+          "A replicated shard's backup that its primary has had no answer "
+          "from for this long (a link cut between the two, or a backup too "
+          "slow to answer) is dropped, so that the primary's answers stop "
+          "waiting for it; a new backup is built on another server.");
 ABSL_FLAG(bool, check_dataset, true,
           "Reject a submitted job whose data.path lacks the dataset files.");
 ABSL_FLAG(int, metrics_port, -1,
@@ -127,6 +132,7 @@ int Run() {
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
   options.member_timeout_ms = absl::GetFlag(FLAGS_member_timeout_ms);
   options.server_wait_timeout_ms = absl::GetFlag(FLAGS_server_wait_timeout_ms);
+  options.backup_timeout_ms = absl::GetFlag(FLAGS_backup_timeout_ms);
   options.check_dataset_files = absl::GetFlag(FLAGS_check_dataset);
   options.restart_grace_ms = absl::GetFlag(FLAGS_restart_grace_ms);
   options.max_points_per_series = absl::GetFlag(FLAGS_max_points_per_series);
@@ -135,10 +141,11 @@ int Run() {
                  MetricSeriesSet::kMinPointsPerSeries);
     return 2;
   }
-  if (options.heartbeat_interval_ms <= 0 || options.member_timeout_ms <= 0) {
+  if (options.heartbeat_interval_ms <= 0 || options.member_timeout_ms <= 0 ||
+      options.backup_timeout_ms <= 0) {
     std::fprintf(stderr,
-                 "coordinator: --heartbeat_interval_ms and "
-                 "--member_timeout_ms must be > 0\n");
+                 "coordinator: --heartbeat_interval_ms, --member_timeout_ms "
+                 "and --backup_timeout_ms must be > 0\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<Coordinator>> core =

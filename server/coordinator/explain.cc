@@ -133,16 +133,24 @@ void AppendShards(const ExplainInput& in, std::string& t,
       // Replicated: each backup's lag in changes not yet acknowledged.
       std::vector<std::string> backups;
       for (const ShardStatus::Backup& b : s.backups()) {
+        // A call in flight for a second or more is a backup not answering
+        // too (a cut link fails no call until its deadline).
+        const bool silent = b.unanswered_ms() >= 1000;
         backups.push_back(absl::StrCat(
             b.address(), b.building() ? " (building: a state transfer)" : "",
             " behind by ", s.replica_index() - b.acked_index(),
+            silent ? absl::StrCat(", no answer for ",
+                                  absl::FormatDuration(
+                                      absl::Milliseconds(b.unanswered_ms())))
+                   : "",
             b.last_error().empty() ? ""
                                    : absl::StrCat(" (", b.last_error(), ")")));
-        if (!b.last_error().empty()) {
+        if (!b.last_error().empty() || silent) {
           diagnosis.push_back(absl::StrCat(
               "shard ", i, "'s backup ", b.address(),
               " does not answer: its answers wait for it until the "
-              "coordinator drops it"));
+              "coordinator drops it (its server is lost, or "
+              "--backup_timeout_ms without an answer)"));
         }
       }
       absl::StrAppend(&t, "    replicas: epoch ", s.replica_epoch(), ", ",

@@ -124,6 +124,23 @@ TEST(Explain, SaysWhatBlocksTheJob) {
           "diagnosis: shard 0's backup 127.0.0.1:7002 does not answer"}});
   }
   {
+    // A link cut: the call hangs, no error yet.
+    ExplainInput in = Running(ConsistencySpec::BSP);
+    ShardStatus& s = *in.shards[0];
+    s.set_replica_role(SetupJobRequest::PRIMARY);
+    s.set_replica_epoch(1);
+    s.set_replica_index(40);
+    ShardStatus::Backup* b = s.add_backups();
+    b->set_address("198.18.0.3:7002");
+    b->set_acked_index(39);
+    b->set_unanswered_ms(2500);
+    cases.push_back(
+        {"a replicated shard whose backup is cut off",
+         in,
+         {"backups 198.18.0.3:7002 behind by 1, no answer for 2.5s",
+          "diagnosis: shard 0's backup 198.18.0.3:7002 does not answer"}});
+  }
+  {
     // The VM: one worker's OpenBLAS on its generic core.
     ExplainInput in = Running(ConsistencySpec::BSP);
     in.members[10].set_blas_core("SkylakeX");

@@ -64,6 +64,14 @@ struct ShardSync {
   // process is gone: connection refused) since it last answered; 0: it
   // answers.
   int64_t unreachable_since_ms = 0;
+  // Backups (member ids) the primary reported unanswered for longer than
+  // the backup timeout (replicas.h NoteBackupsUnanswered): not live
+  // backups of this shard, nor chosen as new ones, for kCutRetryMs.
+  struct CutBackup {
+    int64_t since_ms = 0;
+    std::string why;
+  };
+  std::map<int64_t, CutBackup> cut_backups;
 };
 
 // What the coordinator knows of a worker between heartbeats (not stored).

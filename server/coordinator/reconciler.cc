@@ -437,6 +437,8 @@ bool Reconciler::CommitAction(Job& job, const Round& round, const Outcome& out,
     save |= UpdateCounters(*table_, job, a.shard, *out.totals[k], writes);
     if (a.kind == ShardAction::kPoll) {
       save |= NoteBackupsInSync(*table_, job, a.shard, *out.totals[k], writes);
+      NoteBackupsUnanswered(job, a.shard, *out.totals[k],
+                            table_->clock().NowMs(), backup_timeout_ms_);
     }
   }
   if (a.kind == ShardAction::kPoll || a.kind == ShardAction::kMembership ||

@@ -88,9 +88,13 @@ void ApplyRollback(JobTable& table, Job& job, int64_t incarnation,
 // own; none of the pointers is owned.
 class Reconciler {
  public:
-  Reconciler(int64_t shard_poll_interval_ms, JobTable* table,
-             const Membership* members, ShardClient* shards, JobStore* store)
+  // `backup_timeout_ms`: a replicated shard's backup its primary has
+  // waited for this long is dropped (replicas.h NoteBackupsUnanswered).
+  Reconciler(int64_t shard_poll_interval_ms, int64_t backup_timeout_ms,
+             JobTable* table, const Membership* members, ShardClient* shards,
+             JobStore* store)
       : shard_poll_interval_ms_(shard_poll_interval_ms),
+        backup_timeout_ms_(backup_timeout_ms),
         table_(table),
         members_(members),
         shards_(shards),
@@ -140,6 +144,7 @@ class Reconciler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_->mu());
 
   const int64_t shard_poll_interval_ms_;
+  const int64_t backup_timeout_ms_;
   JobTable* const table_;
   const Membership* const members_;
   ShardClient* const shards_;

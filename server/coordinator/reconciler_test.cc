@@ -124,7 +124,8 @@ class ReconcilerTest : public ::testing::Test {
   FakeShardClient shards_;
   RecordingJobStore store_;
   WriteBatch writes_;
-  Reconciler reconciler_{kPoll, &table_, &members_, &shards_, &store_};
+  Reconciler reconciler_{
+      kPoll, /*backup_timeout_ms=*/3000, &table_, &members_, &shards_, &store_};
 };
 
 TEST_F(ReconcilerTest, CountersBecomeEventsAfterTheBaseline) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 
 namespace ps::coordinator {
 
@@ -59,6 +60,11 @@ void AddBuilding(ShardReplicas* r, int64_t member, const std::string& address) {
   r->add_building_members(member);
 }
 
+bool IsCut(const Job& job, int shard, int64_t member) {
+  return shard < static_cast<int>(job.shards.size()) &&
+         job.shards[shard].cut_backups.count(member) > 0;
+}
+
 std::vector<int64_t> ActiveWorkers(const Job& job) {
   std::vector<int64_t> out;
   for (const WorkerSlot& s : job.record.slots()) {
@@ -92,7 +98,10 @@ std::vector<int> LiveBackups(const Job& job, int shard,
   const ShardReplicas& r = job.record.replicas(shard);
   for (int b = 0; b < r.backup_members_size(); ++b) {
     const int64_t m = r.backup_members(b);
-    if (!members.IsAlive(m) || job.unreachable_servers.count(m)) continue;
+    if (!members.IsAlive(m) || job.unreachable_servers.count(m) ||
+        IsCut(job, shard, m)) {
+      continue;
+    }
     if (in_sync &&
         std::find(r.building_members().begin(), r.building_members().end(),
                   m) != r.building_members().end()) {
@@ -158,7 +167,7 @@ NewBackups PlanBackupAdd(const Job& job, int shard, const Membership& members,
   for (const Member& m : members.Alive(SERVER)) {
     const int64_t id = m.member_id();
     if (id == primary_member || m.address().empty() ||
-        job.unreachable_servers.count(id) ||
+        job.unreachable_servers.count(id) || IsCut(job, shard, id) ||
         std::find(r.backup_members().begin(), r.backup_members().end(), id) !=
             r.backup_members().end()) {
       continue;
@@ -220,6 +229,7 @@ void ApplyPromotion(JobTable& table, Job& job, int shard, int64_t member,
                                  rebuilt.addresses[b]));
   }
   ShardSync& sh = job.shards[shard];
+  sh.cut_backups.clear();
   sh.down_since_ms = 0;
   sh.needs_check = false;
   sh.primary_lost = false;
@@ -317,15 +327,19 @@ void ApplyBackupDrop(JobTable& table, Job& job, int shard,
   ShardReplicas next;
   next.set_epoch(r->epoch());
   std::vector<std::string> dropped;
+  const auto& cut = job.shards[shard].cut_backups;
   for (int b = 0; b < r->backup_members_size(); ++b) {
     const std::string& a = r->backup_addresses(b);
+    const int64_t m = r->backup_members(b);
     if (std::find(kept.backup_addresses().begin(),
                   kept.backup_addresses().end(),
                   a) != kept.backup_addresses().end()) {
       KeepBackup(*r, b, &next);
-    } else {
+    } else if (auto it = cut.find(m); it != cut.end()) {
       dropped.push_back(
-          absl::StrCat("member ", r->backup_members(b), " at ", a));
+          absl::StrCat("member ", m, " at ", a, " (", it->second.why, ")"));
+    } else {
+      dropped.push_back(absl::StrCat("member ", m, " at ", a));
     }
   }
   *r = next;
@@ -359,6 +373,40 @@ void NoteShardAnswer(Job& job, int shard, const absl::Status& result,
     sh.primary_lost = true;
     if (shard < job.record.server_members_size()) {
       job.unreachable_servers.insert(job.record.server_members(shard));
+    }
+  }
+}
+
+void NoteBackupsUnanswered(Job& job, int shard, const ShardStatus& status,
+                           int64_t now_ms, int64_t timeout_ms) {
+  if (shard >= job.record.replicas_size() ||
+      shard >= static_cast<int>(job.shards.size())) {
+    return;
+  }
+  const ShardReplicas& r = job.record.replicas(shard);
+  auto& cut = job.shards[shard].cut_backups;
+  for (auto it = cut.begin(); it != cut.end();) {
+    const bool backup =
+        std::find(r.backup_members().begin(), r.backup_members().end(),
+                  it->first) != r.backup_members().end();
+    if (!backup && now_ms - it->second.since_ms >= kCutRetryMs) {
+      it = cut.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const ShardStatus::Backup& b : status.backups()) {
+    if (b.unanswered_ms() < timeout_ms) continue;
+    for (int i = 0; i < r.backup_members_size(); ++i) {
+      const int64_t m = r.backup_members(i);
+      if (r.backup_addresses(i) != b.address() || cut.count(m)) continue;
+      cut[m] = {
+          now_ms,
+          absl::StrCat(
+              "its primary has had no answer from it for ",
+              absl::FormatDuration(absl::Milliseconds(b.unanswered_ms())),
+              b.last_error().empty() ? std::string()
+                                     : absl::StrCat(": ", b.last_error()))};
     }
   }
 }

@@ -15,9 +15,13 @@
 //   and given to it, each rebuilt by a state transfer. No rollback: the
 //   workers retry what was not acknowledged at the new address. Only a
 //   shard with no live backup in sync rolls the job back.
-// - A backup dies: its primary is told to drop it (SetupJob again with
-//   the remaining backups), so that its answers stop waiting for it; event
-//   `backup_lost`.
+// - A backup dies, or its primary reports it unanswered for longer than
+//   the coordinator's --backup_timeout_ms (a link cut between the two, the
+//   coordinator still reaching both): its primary is told to drop it
+//   (SetupJob again with the remaining backups), so that its answers stop
+//   waiting for it; event `backup_lost`, saying which. The coordinator's
+//   word decides: a cut-off backup is never promoted, and a new one is
+//   built elsewhere.
 // Replacements: a shard with fewer backups than factor - 1 gets one on a
 // live server that holds no replica of it (PlanBackupAdd): SetupJob BACKUP
 // there, then the primary's SetupJob with it added; the primary builds it
@@ -59,7 +63,8 @@ SetupJobRequest ReplicaSetup(const JobRecord& record, int shard,
                              const std::vector<int64_t>& workers);
 
 // Shard `shard`'s backups whose member is alive (and not found gone by
-// NoteShardAnswer), in order; with `in_sync`, only those not building.
+// NoteShardAnswer, nor cut off by NoteBackupsUnanswered), in order; with
+// `in_sync`, only those not building.
 std::vector<int> LiveBackups(const Job& job, int shard,
                              const Membership& members, bool in_sync = false);
 
@@ -133,6 +138,16 @@ void ApplyBackupDrop(JobTable& table, Job& job, int shard,
 inline constexpr int64_t kUnreachableMs = 500;
 void NoteShardAnswer(Job& job, int shard, const absl::Status& result,
                      int64_t now_ms);
+
+// A poll of shard `shard`'s primary answered `status` at `now_ms`: a
+// backup it has waited for `timeout_ms` or longer is cut off (it leaves the
+// shard's live backups: the next round drops it). One cut off for
+// kCutRetryMs and no longer a backup may be chosen again (the link may be
+// back); a failover clears the list (the new primary has links of its
+// own).
+inline constexpr int64_t kCutRetryMs = 30000;
+void NoteBackupsUnanswered(Job& job, int shard, const ShardStatus& status,
+                           int64_t now_ms, int64_t timeout_ms);
 
 // A server whose process restarted (the state it held is gone): the
 // backups it held leave the record (their primaries are told, next round),

@@ -193,6 +193,44 @@ TEST_F(ReplicasTest, ALostBackupIsReplacedAndPromotableOnceInSync) {
   EXPECT_EQ(PlanPromotion(*job_, 0, members_).member, 4);
 }
 
+// A backup its primary reports unanswered for the backup timeout (a link
+// cut between the two while the coordinator reaches both) is dropped,
+// never promoted, and not chosen as the shard's new backup until
+// kCutRetryMs have passed.
+TEST_F(ReplicasTest, ABackupItsPrimaryCannotReachIsDroppedNotChosenAgain) {
+  absl::MutexLock l(&table_.mu());
+  WriteBatch writes;
+  ShardStatus status;  // shard 0's primary s1, its backup s2
+  ShardStatus::Backup* b = status.add_backups();
+  b->set_address("s2");
+  b->set_unanswered_ms(2999);
+  b->set_last_error("DEADLINE_EXCEEDED: Deadline Exceeded");
+  NoteBackupsUnanswered(*job_, 0, status, 10000, 3000);
+  EXPECT_TRUE(PlanBackupDrop(*job_, 0, members_).job_id().empty());
+  b->set_unanswered_ms(3000);
+  NoteBackupsUnanswered(*job_, 0, status, 10000, 3000);
+  EXPECT_EQ(PlanPromotion(*job_, 0, members_).backup, -1);
+  SetupJobRequest drop = PlanBackupDrop(*job_, 0, members_);
+  ASSERT_EQ(drop.job_id(), "job-1");
+  EXPECT_EQ(drop.backup_addresses_size(), 0);
+  ApplyBackupDrop(table_, *job_, 0, drop, &writes);
+  EXPECT_EQ(job_->events.back().kind(), "backup_lost");
+  EXPECT_NE(job_->events.back().message().find(
+                "no answer from it for 3s: DEADLINE_EXCEEDED"),
+            std::string::npos)
+      << job_->events.back().message();
+  // Member 2 now holds the fewest replicas but is cut off: member 3.
+  SetupJobRequest primary;
+  EXPECT_EQ(PlanBackupAdd(*job_, 0, members_, &primary).members,
+            (std::vector<int64_t>{3}));
+  NoteBackupsUnanswered(*job_, 0, ShardStatus(), 10000 + kCutRetryMs - 1, 3000);
+  EXPECT_EQ(PlanBackupAdd(*job_, 0, members_, &primary).members,
+            (std::vector<int64_t>{3}));
+  NoteBackupsUnanswered(*job_, 0, ShardStatus(), 10000 + kCutRetryMs, 3000);
+  EXPECT_EQ(PlanBackupAdd(*job_, 0, members_, &primary).members,
+            (std::vector<int64_t>{2}));
+}
+
 // Factor 3: a promotion gives the new primary the other live backup, set
 // up again at the new epoch and rebuilt (building until in sync).
 TEST_F(ReplicasTest, APromotionRebuildsTheOtherBackups) {

@@ -283,12 +283,14 @@ int64_t ReplicatedShard::applied_index() const {
 }
 
 std::vector<BackupStatus> ReplicatedShard::Backups() const {
+  const absl::Time now = absl::Now();
   absl::MutexLock l(&mu_);
   std::vector<BackupStatus> out;
   for (const auto& b : backups_) {
     if (b->removed) continue;
     out.push_back({b->link->address(), b->acked, b->last_error,
-                   b->stage != Backup::kInSync});
+                   b->stage != Backup::kInSync,
+                   std::max(absl::ZeroDuration(), now - b->unanswered_since)});
   }
   return out;
 }
@@ -311,6 +313,9 @@ void ReplicatedShard::Send(Backup* b) {
       const int64_t from =
           image != nullptr ? std::max(b->acked, image->index()) : b->acked;
       size_t bytes = image != nullptr ? image->ByteSizeLong() : 0;
+      if (b->unanswered_since == absl::InfiniteFuture()) {
+        b->unanswered_since = absl::Now();
+      }
       for (int64_t i = std::max(from + 1, first_index_);
            i <= applied_ && (batch.empty() || bytes < kMaxBatchBytes); ++i) {
         batch.push_back(log_[i - first_index_]);
@@ -328,6 +333,7 @@ void ReplicatedShard::Send(Backup* b) {
     {
       absl::MutexLock l(&mu_);
       if (r.ok()) {
+        b->unanswered_since = absl::InfiniteFuture();
         b->acked = std::max(b->acked, r->applied_index());
         if (b->stage == Backup::kSendImage && b->acked >= b->image->index()) {
           // Answers wait for it from now on; those given before did not.

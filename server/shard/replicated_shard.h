@@ -18,8 +18,9 @@
 // answer was made (acked index >= that index): a worker is never told of a
 // change, nor reads weights, that a failover could lose. A backup that does
 // not answer holds those answers back (never acknowledged in its place)
-// until the coordinator removes it (SetBackups) after its heartbeat
-// timeout.
+// until the coordinator removes it (SetBackups): when its server is found
+// dead, or when this primary reports it unanswered for longer than the
+// coordinator's --backup_timeout_ms (a link cut between the two).
 //
 // Each backup has a sender thread that sends the entries it does not hold
 // yet, in batches, one call in flight, retrying (with backoff) until the
@@ -73,6 +74,9 @@ struct BackupStatus {
   int64_t acked_index = 0;
   std::string last_error;  // empty while it answers
   bool building = false;   // a state transfer not yet caught up
+  // Since the oldest call the backup has not answered yet was sent (zero
+  // while it answers; a failed call is not an answer).
+  absl::Duration unanswered;
 };
 
 class ReplicatedShard {
@@ -121,6 +125,9 @@ class ReplicatedShard {
     std::shared_ptr<const ShardImage> image;
     int64_t join = 0;
     std::string last_error;
+    // When the first call since its last answer was sent; InfiniteFuture
+    // while it answers.
+    absl::Time unanswered_since = absl::InfiniteFuture();
     std::thread sender;
   };
   using EntryRef = std::shared_ptr<const ReplicaEntry>;

@@ -568,9 +568,18 @@ TEST(Replication, AnswersWaitForTheBackup) {
     pushed.Notify();
   });
   EXPECT_FALSE(pushed.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  // The primary reports how long it has waited (what the coordinator's
+  // --backup_timeout_ms reads), and nothing once the backup answers.
+  auto waiting = a->GetShardStatus("job1", 0);
+  ASSERT_TRUE(waiting.ok());
+  ASSERT_EQ(waiting->backups_size(), 1);
+  EXPECT_GE(waiting->backups(0).unanswered_ms(), 250);
   net.Open();
   EXPECT_TRUE(pushed.WaitForNotificationWithTimeout(absl::Seconds(10)));
   pusher.join();
+  auto answered = a->GetShardStatus("job1", 0);
+  ASSERT_TRUE(answered.ok());
+  EXPECT_EQ(answered->backups(0).unanswered_ms(), 0);
 
   // A backup that is gone holds answers back until the coordinator drops
   // it (a repeated setup without it).

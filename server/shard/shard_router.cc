@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/platform/status.h"
 #include "server/shard/shard_log.h"
 
@@ -470,6 +471,7 @@ absl::StatusOr<ShardStatus> ShardRouter::GetShardStatus(
       out->set_acked_index(b.acked_index);
       out->set_last_error(b.last_error);
       out->set_building(b.building);
+      out->set_unanswered_ms(absl::ToInt64Milliseconds(b.unanswered));
     }
   } else if (backup != nullptr) {
     status.set_replica_index(backup->held_index());

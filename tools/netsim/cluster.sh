@@ -16,7 +16,8 @@
 #   cluster.sh down             SIGTERM to every daemon (10 s), then the hosts
 #                               and whatever still runs on them are removed
 #   cluster.sh net ARGS...      netsim.sh on this cluster's hosts (shape,
-#                               cut, restore, addr, exec, status)
+#                               cut, restore, partition, heal, addr,
+#                               exec, status)
 #
 # State (pids, logs, token, the coordinator's address, the hosts) is in
 # $NETSIM_CLUSTER_DIR (default /tmp/netsim-cluster; --dir DIR overrides,

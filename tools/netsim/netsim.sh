@@ -18,6 +18,10 @@
 #   netsim.sh shape HOST none    unshaped
 #   netsim.sh cut HOST           the switch port of HOST down (cable pulled)
 #   netsim.sh restore HOST       and up again
+#   netsim.sh partition A B      the switch drops every IP packet between
+#                                hosts A and B, silently (no refusal, no
+#                                ICMP): each still reaches the others
+#   netsim.sh heal A B           and forwards them again
 #   netsim.sh status             hosts, addresses, links, qdiscs
 #   netsim.sh sweep              remove the leftovers of runs whose owner
 #                                process is gone (found by name prefix)
@@ -111,6 +115,26 @@ shape() {  # HOST RATE [BURST] | HOST none
   # Host -> switch (the host's upload) and switch -> host (its download).
   tc -n "$ns" qdisc replace dev eth0 root tbf rate "$2" burst "$burst" latency 20ms
   tc -n "$sw" qdisc replace dev "h$i" root tbf rate "$2" burst "$burst" latency 20ms
+}
+
+# Packets from host $1 to host $2 are dropped at $1's switch port: a tc
+# filter (clsact ingress, u32 on the destination address) redirects them to
+# a veth end that is down, which drops them. (gact's drop is not in every
+# kernel; mirred is.)
+partition_one() {
+  local sw i j
+  sw=$(sw_ns); i=$(host_index "$1"); j=$(host_index "$2")
+  if ! ip -n "$sw" link show sink0 >/dev/null 2>&1; then
+    ip -n "$sw" link add sink0 type veth peer name sink1
+  fi
+  tc -n "$sw" qdisc add dev "h$i" clsact 2>/dev/null || true
+  tc -n "$sw" filter replace dev "h$i" ingress pref $((100 + j)) protocol ip \
+    u32 match ip dst "$(addr_of "$2")/32" action mirred egress redirect dev sink0
+}
+heal_one() {
+  local i j
+  i=$(host_index "$1"); j=$(host_index "$2")
+  tc -n "$(sw_ns)" filter del dev "h$i" ingress pref $((100 + j)) 2>/dev/null || true
 }
 
 up() {
@@ -224,6 +248,11 @@ case $cmd in
   shape) (($# >= 2)) || usage; shape "$@" ;;
   cut) (($# == 1)) || usage; ip -n "$(sw_ns)" link set "h$(host_index "$1")" down ;;
   restore) (($# == 1)) || usage; ip -n "$(sw_ns)" link set "h$(host_index "$1")" up ;;
+  partition)
+    (($# == 2)) || usage
+    [[ $(host_index "$1") != $(host_index "$2") ]] || die "partition needs two hosts"
+    partition_one "$1" "$2"; partition_one "$2" "$1" ;;
+  heal) (($# == 2)) || usage; heal_one "$1" "$2"; heal_one "$2" "$1" ;;
   status) status ;;
   sweep) sweep ;;
   -h|--help|help) usage 0 ;;
