@@ -1,7 +1,9 @@
 // PS overhead benchmark (issue 5): one worker's training throughput through a
 // real parameter server (1 shard, gRPC on loopback: in this process, or a
 // ps_server of its own with --server) against the same worker loop with no
-// pull/push, at batch 128 and 512, in one run.
+// pull/push, at batch 128 and 512, in one run. The model is the
+// Fashion-MNIST MLP, or a job config's (--config: e.g. the click-log FM or
+// DLRM, whose sparse rows the compute-only loop leaves as they are).
 // With --repeats=N each ratio is measured N times (each against a fresh
 // compute-only measurement) and summarised by its median and range.
 //
@@ -59,6 +61,11 @@ ABSL_FLAG(std::string, server, "",
           "host:port of a running ps_server to measure against (the jobs are "
           "set up and torn down through its SetupJob/TeardownJob calls; "
           "PS_TOKEN is sent if set). Empty: a shard in this process.");
+ABSL_FLAG(std::string, config, "",
+          "A job config whose model and data to train instead of the MLP on "
+          "Fashion-MNIST (e.g. configs/ctr_fm_bsp.pbtxt; its data files must "
+          "exist); its optimizer is kept, its consistency, batch size and "
+          "steps are the benchmark's.");
 ABSL_FLAG(std::string, consistency, "BSP",
           "Consistency models to measure through the PS, comma-separated: "
           "BSP, ASP, SSP (bound 3), ASP+overlap (overlap_communication).");
@@ -77,30 +84,57 @@ class NoParams : public client::ParameterAccess {
   void CancelCalls() override {}
 };
 
-JobSpec Spec(int batch, int steps, const std::string& consistency) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(
-      absl::StrCat(
-          R"pb(
-            model {
-              mlp { input_dim: 784 hidden: 256 hidden: 128 num_classes: 10 }
-            }
-            optimizer { kind: MOMENTUM learning_rate: 0.05 momentum: 0.9 }
-            consistency {)pb",
-          consistency == "SSP" ? "model: SSP staleness: 3"
-          : consistency == "ASP+overlap"
-              ? "model: ASP overlap_communication: true"
-              : absl::StrCat("model: ", consistency),
-          R"pb(}
-               num_workers: 1
-            seed: 1
-            data { max_steps:)pb",
-          steps, " batch_size: ", batch, " eval_every_steps: 1000000 }"),
-      "bench");
+// --config's spec, or the MLP's; exits when it cannot be read.
+JobSpec BaseSpec() {
+  const std::string path = absl::GetFlag(FLAGS_config);
+  absl::StatusOr<JobSpec> spec =
+      path.empty()
+          ? ParseJobSpec(
+                R"pb(
+                  model {
+                    mlp {
+                      input_dim: 784
+                      hidden: 256
+                      hidden: 128
+                      num_classes: 10
+                    }
+                  }
+                  optimizer { kind: MOMENTUM learning_rate: 0.05 momentum: 0.9 }
+                  seed: 1
+                )pb",
+                "bench")
+          : LoadJobSpec(path);
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
     std::exit(1);
   }
   return *spec;
+}
+
+JobSpec Spec(const JobSpec& base, int batch, int steps,
+             const std::string& consistency) {
+  JobSpec spec = base;
+  ConsistencySpec* c = spec.mutable_consistency();
+  c->Clear();
+  if (consistency == "SSP") {
+    c->set_model(ConsistencySpec::SSP);
+    c->set_staleness(3);
+  } else if (consistency == "ASP+overlap") {
+    c->set_model(ConsistencySpec::ASP);
+    c->set_overlap_communication(true);
+  } else {
+    ConsistencySpec::Model m = ConsistencySpec::BSP;
+    ConsistencySpec::Model_Parse(consistency, &m);  // ParseCases checked it
+    c->set_model(m);
+  }
+  spec.set_num_workers(1);
+  spec.clear_target();
+  DataSpec* d = spec.mutable_data();
+  d->set_max_steps(steps);
+  d->set_batch_size(batch);
+  d->set_eval_every_steps(1000000);
+  d->set_eval_examples(0);
+  return spec;
 }
 
 double Run(const JobSpec& spec, client::ParameterAccess* params,
@@ -309,13 +343,19 @@ int Main() {
   }
   std::vector<Case> cases;
   if (!ParseCases(cases)) return 2;
-  auto train = worker::LoadFashionMnist(worker::kDefaultFashionMnistDir,
-                                        worker::Split::kTrain);
-  if (!train.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(train.status().message()).c_str());
-    return 1;
+  const JobSpec base = BaseSpec();
+  // Text data (a --config's) is streamed by the loop itself.
+  std::shared_ptr<const worker::Dataset> data;
+  if (base.data().format() == DataSpec::IDX) {
+    auto train = worker::LoadFashionMnist(worker::kDefaultFashionMnistDir,
+                                          worker::Split::kTrain);
+    if (!train.ok()) {
+      std::fprintf(stderr, "%s\n",
+                   std::string(train.status().message()).c_str());
+      return 1;
+    }
+    data = std::move(*train);
   }
-  std::shared_ptr<const worker::Dataset> data(std::move(*train));
   auto backend =
       kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
   if (!backend.ok()) return 1;
@@ -332,9 +372,11 @@ int Main() {
   std::unique_ptr<coordinator::ShardClient> shards =
       coordinator::MakeGrpcShardClient(shard_options);
 
+  const std::string config = absl::GetFlag(FLAGS_config);
   std::printf(
-      "MLP 784-256-128-10 on the CPU (%d BLAS thread, OpenBLAS core %s, "
+      "%s on the CPU (%d BLAS thread, OpenBLAS core %s, "
       "%s), %d steps each, %d repeat(s)\n",
+      config.empty() ? "MLP 784-256-128-10" : config.c_str(),
       absl::GetFlag(FLAGS_threads), kernels::CurrentBlasCore().c_str(),
       kernels::DescribeCpu(kernels::DetectCpuFeatures()).c_str(),
       absl::GetFlag(FLAGS_steps), repeats);
@@ -350,7 +392,7 @@ int Main() {
     const size_t first = ratios.size();
     for (const Case& c : cases) ratios.push_back({batch, c.label, {}});
     // The compute-only loop is the same for every mode.
-    const JobSpec plain = Spec(batch, absl::GetFlag(FLAGS_steps), "BSP");
+    const JobSpec plain = Spec(base, batch, absl::GetFlag(FLAGS_steps), "BSP");
     NoParams none;
     Run(plain, &none, data, backend->get(), "warmup", {});
     for (int rep = 1; rep <= repeats; ++rep) {
@@ -358,7 +400,8 @@ int Main() {
           Run(plain, &none, data, backend->get(), "none", {});
       for (size_t k = 0; k < cases.size(); ++k) {
         const Case& c = cases[k];
-        const JobSpec spec = Spec(batch, absl::GetFlag(FLAGS_steps), c.mode);
+        const JobSpec spec =
+            Spec(base, batch, absl::GetFlag(FLAGS_steps), c.mode);
         // On a shared server, ids of this run only (another run's jobs may
         // still be there).
         const std::string job_id =
