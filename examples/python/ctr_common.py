@@ -1,7 +1,11 @@
 """What the click-log examples share: the batch as model inputs, the test
-metrics, and the worker's loop (ctr_fm.py, ctr_dlrm.py)."""
+metrics, and the worker's loop (ctr_fm.py, ctr_dlrm.py); and the same
+models without the parameter servers, for single-process baselines
+(local_model, read_log)."""
 
 import argparse
+import math
+import re
 
 import numpy as np
 import torch
@@ -36,16 +40,76 @@ def auc(scores, labels):
     return (ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
-def evaluate(model, data):
+def evaluate(model, data, max_examples=0):
+    """Test AUC and logloss over the test data (its first `max_examples`
+    lines; 0: all)."""
     scores, labels = [], []
     with torch.no_grad():
-        for b in data.test_batches(batch_size=4096):
+        for b in data.test_batches(batch_size=4096, max_examples=max_examples):
             scores.append(torch.sigmoid(model(*inputs(b))).numpy())
             labels.append(b["labels"])
     s, y = np.concatenate(scores), np.concatenate(labels)
     p = np.clip(s, 1e-7, 1 - 1e-7)
     logloss = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
     return {"test_auc": auc(s, y), "test_logloss": float(logloss)}
+
+
+class LocalBag(torch.nn.Module):
+    """torch.nn.EmbeddingBag (sparse gradients) in place of a
+    ps.torch.EmbeddingBag: `rows` rows initialised as the shards initialise
+    the table's (its spec's NORMAL scale, else U(-1/sqrt(dim),
+    1/sqrt(dim))), indexed by key number (read_log's)."""
+
+    def __init__(self, rows, bag):
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(rows, bag.dim, mode=bag.mode, sparse=True)
+        normal = re.search(r"kind: NORMAL scale: ([0-9.e-]+)", bag.spec)
+        with torch.no_grad():
+            if normal:
+                self.bag.weight.normal_(0, float(normal.group(1)))
+            else:
+                bound = 1 / math.sqrt(bag.dim)
+                self.bag.weight.uniform_(-bound, bound)
+
+    def forward(self, keys, offsets=None, per_sample_weights=None):
+        return self.bag(keys, offsets, per_sample_weights=per_sample_weights)
+
+
+def local_model(model, rows):
+    """`model` with each ps.torch.EmbeddingBag child replaced by a LocalBag
+    of `rows` rows: the same module trained in one process by plain PyTorch
+    (torch.optim for the dense parameters, SparseAdam or the like for the
+    bags'). Returns (model, the bags' parameters)."""
+    tables = []
+    for name, m in list(model.named_children()):
+        if isinstance(m, ps.torch.EmbeddingBag):
+            setattr(model, name, LocalBag(rows, m))
+            tables += list(getattr(model, name).parameters())
+    return model, tables
+
+
+def read_log(path, vocab):
+    """A Criteo TSV file as (ids [n, 26] key numbers, dense [n, 13], labels
+    [n]) for local_model: each (field, id) a key numbered in `vocab`, which
+    grows; dense features log(1 + max(x, 0)) and each field's missing id a
+    key of its own, as ps_worker reads them."""
+    labels, dense, ids = [], [], []
+    with open(path, encoding="ascii") as f:
+        for line in f:
+            c = line.rstrip("\n").split("\t")
+            labels.append(float(c[0]))
+            dense.append([math.log1p(max(float(x), 0.0)) if x else 0.0 for x in c[1:14]])
+            ids.append([vocab.setdefault((i, x), len(vocab)) for i, x in enumerate(c[14:40])])
+    return (np.asarray(ids, dtype=np.int64), np.asarray(dense, dtype=np.float32),
+            np.asarray(labels, dtype=np.float32))
+
+
+def local_batch(log, lo, hi):
+    """Lines [lo, hi) of a read_log result as model inputs (keys
+    field-major, one per bag) and labels."""
+    ids, x, y = log
+    keys = torch.from_numpy(np.ascontiguousarray(ids[lo:hi].T).reshape(-1))
+    return keys, torch.arange(len(keys)), torch.from_numpy(x[lo:hi]), torch.from_numpy(y[lo:hi])
 
 
 def main(model, doc):
@@ -63,8 +127,12 @@ def main(model, doc):
         data = ps.Data(job)
         trainer = ps.torch.Trainer(job, model, steps_per_epoch=data.steps_per_epoch)
         loss_fn = torch.nn.BCEWithLogitsLoss()
-        for step in trainer.steps():
+        # Every data.eval_every_steps on the evaluator, as ps_worker's.
+        periodic = lambda: evaluate(model, data, job.assignment.eval_examples)  # noqa: E731
+        for step in trainer.steps(evaluate=periodic):
             batch = data.batch(step)
+            if step.next_batch is not None:  # its rows come with this step's end
+                ps.torch.prefetch(model, inputs(data.batch(step.next_batch))[0])
             loss = loss_fn(model(*inputs(batch)), torch.from_numpy(batch["labels"]))
             loss.backward()
             step.loss = loss

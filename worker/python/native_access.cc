@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -79,6 +80,81 @@ py::buffer_info Keys(const py::handle& array, const std::string& what) {
   }
   if (!CContiguous(b)) Invalid(absl::StrCat(what, ": not C-contiguous"));
   return b;
+}
+
+// ps._native.unique_keys: `keys`' distinct values in the order they first
+// appear into `unique` and, for each key, its index there into `inverse`
+// (both int64 arrays of len(keys)); returns the count. A hash map: O(n),
+// against torch.unique's sort.
+int64_t UniqueKeys(const py::handle& keys, const py::handle& unique,
+                   const py::handle& inverse) {
+  py::buffer_info k = Keys(keys, "keys");
+  py::buffer_info u, v;
+  try {
+    u = py::reinterpret_borrow<py::buffer>(unique).request(true);
+    v = py::reinterpret_borrow<py::buffer>(inverse).request(true);
+  } catch (const std::exception& e) {
+    Invalid(
+        absl::StrCat("unique/inverse: not writable buffers (", e.what(), ")"));
+  }
+  for (const py::buffer_info* b : {&u, &v}) {
+    if (b->itemsize != 8 || b->ndim != 1 || b->size < k.size ||
+        !CContiguous(*b)) {
+      Invalid(
+          absl::StrCat("unique/inverse: expected 1-d int64 arrays of at "
+                       "least ",
+                       k.size, " elements"));
+    }
+  }
+  const auto* in = static_cast<const uint64_t*>(k.ptr);
+  auto* out = static_cast<uint64_t*>(u.ptr);
+  auto* index = static_cast<int64_t*>(v.ptr);
+  const int64_t n = k.size;
+  int64_t count = 0;
+  {
+    py::gil_scoped_release release;
+    absl::flat_hash_map<uint64_t, int64_t> seen;
+    seen.reserve(n);
+    for (int64_t i = 0; i < n; ++i) {
+      auto [it, added] = seen.try_emplace(in[i], count);
+      if (added) out[count++] = in[i];
+      index[i] = it->second;
+    }
+  }
+  return count;
+}
+
+// ps._native.scatter_add_rows: out[index[i]] += values[i] for each row i
+// of `values` ([n, dim] float32; `index` n int64 in [0, len(out))): a
+// sparse gradient (one row per occurrence of a key) summed per unique key,
+// without the sort of torch's dense embedding_bag backward.
+void ScatterAddRows(const py::handle& index, const py::handle& values,
+                    const py::handle& out) {
+  py::buffer_info i = Keys(index, "index");
+  py::buffer_info v = Floats(values, false, "values");
+  py::buffer_info o = Floats(out, true, "out");
+  if (v.ndim != 2 || o.ndim != 2 || v.shape[0] != i.size ||
+      v.shape[1] != o.shape[1]) {
+    Invalid(absl::StrCat("scatter_add_rows: values [", i.size,
+                         ", dim] and "
+                         "out [rows, dim] expected"));
+  }
+  const auto* idx = static_cast<const int64_t*>(i.ptr);
+  const auto* in = static_cast<const float*>(v.ptr);
+  auto* sum = static_cast<float*>(o.ptr);
+  const int64_t n = i.size, dim = v.shape[1], rows = o.shape[0];
+  for (int64_t k = 0; k < n; ++k) {
+    if (idx[k] < 0 || idx[k] >= rows) {
+      Invalid(absl::StrCat("scatter_add_rows: index ", idx[k], " outside [0, ",
+                           rows, ")"));
+    }
+  }
+  py::gil_scoped_release release;
+  for (int64_t k = 0; k < n; ++k) {
+    float* row = sum + idx[k] * dim;
+    const float* add = in + k * dim;
+    for (int64_t d = 0; d < dim; ++d) row[d] += add[d];
+  }
 }
 
 absl::Span<float> Span(py::buffer_info& b) {
@@ -363,6 +439,16 @@ void BindAccess(py::module_& m) {
            py::arg("addresses"),
            "A failover: the shards' addresses from now on (thread-safe).")
       .def("close", &Access::Close);
+
+  m.def("scatter_add_rows", &ScatterAddRows, py::arg("index"),
+        py::arg("values"), py::arg("out"),
+        "out[index[i]] += values[i] for each row i (float32 [n, dim] into "
+        "[rows, dim]).");
+  m.def("unique_keys", &UniqueKeys, py::arg("keys"), py::arg("unique"),
+        py::arg("inverse"),
+        "The distinct keys in order of first appearance into `unique` and "
+        "each key's index there into `inverse` (int64 arrays at least as "
+        "long as `keys`); returns how many are distinct.");
 }
 
 }  // namespace ps::python

@@ -259,6 +259,10 @@ void BindWorker(py::module_& m) {
           [](const Assignment& a) {
             return a.proto().spec().data().eval_every_steps();
           })
+      .def_property_readonly("eval_examples",
+                             [](const Assignment& a) {
+                               return a.proto().spec().data().eval_examples();
+                             })
       .def_property_readonly(
           "seed", [](const Assignment& a) { return a.proto().spec().seed(); })
       .def_property_readonly(

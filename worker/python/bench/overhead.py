@@ -122,13 +122,13 @@ class Batches:
     def __init__(self):
         self.by_address = {}
 
-    def get(self, data, step):
-        b = self.by_address.get(step.batch)
+    def get(self, data, address):
+        b = self.by_address.get(address)
         if b is None:
-            raw = data.batch(step)
+            raw = data.batch(address)
             keys, offsets, dense = ctr_common.inputs(raw)
             b = (keys, offsets, dense, torch.from_numpy(raw["labels"]))
-            self.by_address[step.batch] = b
+            self.by_address[address] = b
         return b
 
     def in_order(self):
@@ -147,7 +147,9 @@ def ps_run(cluster, model_name, batches, args, push_in_backward, record=True):
     loss_fn = torch.nn.BCEWithLogitsLoss()
     ended, t_start = [], None
     for step in trainer.steps():
-        keys, offsets, dense, labels = batches.get(data, step)
+        keys, offsets, dense, labels = batches.get(data, step.batch)
+        if step.next_batch is not None and args.prefetch:
+            ps.torch.prefetch(model, batches.get(data, step.next_batch)[0])
         if step.clock == args.warmup:
             t_start = time.perf_counter()
         loss = loss_fn(model(keys, offsets, dense), labels)
@@ -168,32 +170,17 @@ def ps_run(cluster, model_name, batches, args, push_in_backward, record=True):
     }
 
 
-class LocalBag(torch.nn.Module):
-    """torch.nn.EmbeddingBag over the run's vocabulary, taking the keys'
-    indices in it (mapped before the timing)."""
-
-    def __init__(self, rows, bag):
-        super().__init__()
-        self.bag = torch.nn.EmbeddingBag(rows, bag.dim, mode=bag.mode, sparse=True)
-
-    def forward(self, keys, offsets=None, per_sample_weights=None):
-        return self.bag(keys, offsets, per_sample_weights=per_sample_weights)
-
-
 def local_run(model_name, batches, args):
     make, lr = MODELS[model_name]
     torch.manual_seed(0)
     model = make()
     ordered = batches.in_order()
     vocab = np.unique(np.concatenate([b[0].numpy() for b in ordered]))
-    for name, m in list(model.named_children()):
-        if isinstance(m, ps.torch.EmbeddingBag):
-            setattr(model, name, LocalBag(len(vocab), m))
+    model, sparse = ctr_common.local_model(model, len(vocab))
     local = [
         (torch.from_numpy(np.searchsorted(vocab, k.numpy())), o, d, y)
         for k, o, d, y in ordered
     ]
-    sparse = [p for m in model.modules() if isinstance(m, LocalBag) for p in m.parameters()]
     ids = {id(p) for p in sparse}
     dense_opt = torch.optim.Adam([p for p in model.parameters() if id(p) not in ids], lr=lr)
     sparse_opt = torch.optim.SparseAdam(sparse, lr=lr)
@@ -259,6 +246,8 @@ def main():
     ap.add_argument("--data_dir", default="", help="a click log (train.txt, "
                     "test.txt); default: criteo_gen's into a temporary directory")
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
+    ap.add_argument("--prefetch", type=int, default=1, help="1: the embedding "
+                    "bags prefetch the next batch's rows (as the examples do)")
     args = ap.parse_args()
     args.models = args.models.split(",")
     args.modes = args.modes.split(",")

@@ -24,15 +24,24 @@ class Data:
         """`data_root`: IDX data only, the directory of the .gz files on
         this host instead of the job's data.path."""
         self._native = _native.Data(job.assignment, data_root)
+        self._recent = []  # [(address, batch)], the newest first
         # Counted in one pass over the training files unless the job sets
         # data.max_steps or a worker counted them already.
         self.shard_steps, self.steps_per_epoch = self._native.shape()
 
     def batch(self, step):
-        """The batch of `step` (a ps.Step): its data shard's batch in its
-        epoch."""
-        shard, _, epoch, index = step.batch
-        return self._native.batch_at(shard, epoch, index)
+        """The batch of `step` (a ps.Step), or at an address (step.batch,
+        step.next_batch): its data shard's batch in its epoch. The last two
+        batches read are kept: reading the next step's batch ahead (to
+        prefetch its rows) does not read it twice."""
+        address = tuple(getattr(step, "batch", step))
+        for a, b in self._recent:
+            if a == address:
+                return b
+        shard, _, epoch, index = address
+        b = self._native.batch_at(shard, epoch, index)
+        self._recent = [(address, b)] + self._recent[:1]
+        return b
 
     def test_batches(self, batch_size=4096, max_examples=0):
         """The test files in order, as batches (max_examples 0: all)."""

@@ -31,12 +31,15 @@ class Step:
     """One step: its clock, its batch in the worker's data plan, and what
     it sends."""
 
-    def __init__(self, session, clock, base_version, batch):
+    def __init__(self, session, clock, base_version, batch, next_batch=None):
         self.clock = clock
         self.base_version = base_version
         # (data shard, batch of the shard from 0 across epochs, epoch,
         # batch within the epoch): which examples this clock trains.
         self.batch = batch
+        # The batch the next clock trains as the plan stands (None after
+        # the last): whose rows to prefetch.
+        self.next_batch = next_batch
         self.loss = None
         # Once the step ended: (pull, compute, push) seconds, as its
         # metrics count them.
@@ -185,7 +188,7 @@ class Session:
         self.access = job._access(retry_s)
         self.clock = job.start_step
         self.version = 0
-        self._prefetched = {}  # table -> (keys, rows) for this step
+        self._prefetched = {}  # table -> [(keys, rows)] for this step
         self._weights_ready = False
 
     # -- lookups ---------------------------------------------------------
@@ -220,9 +223,11 @@ class Session:
     def _pull_rows(self, step, table, keys):
         index, dim = self._table(table)
         keys = _keys(keys)
-        got = self._prefetched.pop(index, None)
-        if got is not None and np.array_equal(got[0], keys):
-            return got[1]
+        got = self._prefetched.get(index, [])
+        for i, (k, rows) in enumerate(got):
+            if np.array_equal(k, keys):
+                del got[i]
+                return rows
         rows = np.empty((len(keys), dim), dtype=np.float32)
         t0 = time.perf_counter()
         self.access.pull(step.clock, [], [(index, keys, rows)]).wait()
@@ -245,10 +250,15 @@ class Session:
         if self.dense:
             self.version, _ = self.access.pull(self.clock, self.dense, []).wait()
 
-    def steps(self):
+    def steps(self, evaluate=None):
         """Yields a Step per clock of the worker's data plan, ending each
         when the loop body returns; stops when the plan ends, or raises
-        ps.Cancelled when the job is stopped or rolled back."""
+        ps.Cancelled when the job is stopped or rolled back. With
+        `evaluate`, the job's evaluator worker calls it every
+        data.eval_every_steps steps of the job (as ps_worker's evaluator
+        evaluates: between steps, with the weights the step's end brought)
+        and reports the test_* values it returns at that step (psctl
+        status, compare); the final model's evaluation is finish()'s."""
         job = self.job
         bsp = job.consistency == "BSP"
         if not self._weights_ready:
@@ -269,7 +279,12 @@ class Session:
             batch = job.assignment.batch_at(
                 self.clock, self.shard_steps, self.steps_per_epoch
             )
-            step = Step(self, self.clock, self.version, batch)
+            next_batch = None
+            if self.clock + 1 < self.total_steps:
+                next_batch = job.assignment.batch_at(
+                    self.clock + 1, self.shard_steps, self.steps_per_epoch
+                )
+            step = Step(self, self.clock, self.version, batch, next_batch)
             t_compute = time.perf_counter()
             yield step
             t_end = time.perf_counter()
@@ -279,6 +294,15 @@ class Session:
             if bsp and self.version > self.clock:
                 self.clock = self.version
             job._progress(self.clock)
+            every = job.assignment.eval_every_steps
+            if (
+                evaluate is not None
+                and every > 0
+                and job.evaluator
+                and self.clock % every == 0
+                and self.clock < self.total_steps
+            ):
+                job.report_eval(self.clock, **evaluate())
         job._progress(self.clock)
 
     def _check_finite(self, dense, rows, sent_before=False):
@@ -326,7 +350,9 @@ class Session:
         self.job._staleness(staleness)
         if not last:
             self.version = version
-            self._prefetched = {t: (k, r) for t, k, r in next_rows}
+            self._prefetched = {}
+            for t, k, r in next_rows:
+                self._prefetched.setdefault(t, []).append((k, r))
 
     def finish(self, evaluate=None):
         """Ends this worker's share (after steps() ran out): pulls the final

@@ -131,15 +131,16 @@ class Trainer:
         except Exception as e:  # noqa: BLE001 (raised by steps())
             self._error = e
 
-    def steps(self):
+    def steps(self, evaluate=None):
         """Yields a ps.Step per clock of the worker's plan; when the body
         returns, the parameters' gradients not sent from backward (and the
         embedding bags' row gradients) end the step and the next weights
-        arrive."""
+        arrive. `evaluate`: called every data.eval_every_steps on the job's
+        evaluator worker, its test_* values reported (ps.Session.steps)."""
         with torch.no_grad():
             for p in self.params:
                 p.grad = None
-        for step in self.session.steps():
+        for step in self.session.steps(evaluate):
             self.step = step
             self._sent, self._error = {}, None
             yield step
@@ -186,8 +187,33 @@ class _Rows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.step.push_rows(ctx.table, ctx.keys, grad.detach().contiguous().numpy())
+        if grad.is_sparse:  # a row per key occurrence: summed per key here
+            summed = np.zeros((len(ctx.keys), grad.shape[1]), dtype=np.float32)
+            _native.scatter_add_rows(
+                grad._indices()[0].contiguous().numpy(),
+                grad._values().detach().contiguous().numpy(),
+                summed,
+            )
+            ctx.step.push_rows(ctx.table, ctx.keys, summed)
+        else:
+            ctx.step.push_rows(ctx.table, ctx.keys, grad.detach().contiguous().numpy())
         return None, None, None, None
+
+
+def _unique(keys):
+    """(the distinct keys in order of first appearance as a numpy array,
+    each key's index among them as an int64 tensor): a hash map in the
+    native module, several times faster than torch.unique's sort."""
+    k = keys.detach().numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+    if k.dtype not in (np.int64, np.uint64):
+        if not np.issubdtype(k.dtype, np.integer):
+            raise _native.InvalidArgument(f"keys: expected integers, got dtype {k.dtype}")
+        k = k.astype(np.int64)
+    k = np.ascontiguousarray(k.reshape(-1))
+    unique = np.empty(len(k), dtype=k.dtype)
+    inverse = np.empty(len(k), dtype=np.int64)
+    n = _native.unique_keys(k, unique, inverse)
+    return unique[:n], torch.from_numpy(inverse)
 
 
 class EmbeddingBag(torch.nn.Module):
@@ -195,7 +221,9 @@ class EmbeddingBag(torch.nn.Module):
     floats) of the job: forward pulls the rows of the batch's unique keys,
     backward pushes their summed gradients; the table's optimizer runs on
     the shards. A Trainer over a module holding it connects it to the job
-    (and checks the table's dim); model_spec lists its table."""
+    (and checks the table's dim); model_spec lists its table. prefetch()
+    with the next batch's keys makes their rows come back with the step's
+    end, so that the next forward pulls nothing."""
 
     def __init__(self, table, dim, mode="sum", include_last_offset=False, spec=""):
         """`mode` and `include_last_offset` as torch.nn.EmbeddingBag's
@@ -222,16 +250,28 @@ class EmbeddingBag(torch.nn.Module):
             )
         self._trainer, self._index = trainer, index
 
-    def forward(self, keys, offsets=None, per_sample_weights=None):
-        trainer = self._trainer
-        if trainer is None:
+    def _connected(self):
+        if self._trainer is None:
             raise RuntimeError(
                 f"ps.torch.EmbeddingBag('{self.table}'): not connected to a "
                 "job; make a ps.torch.Trainer over its module first"
             )
-        keys = torch.as_tensor(keys)
-        unique, inverse = torch.unique(keys, sorted=True, return_inverse=True)
-        unique_np = unique.numpy()
+        return self._trainer
+
+    def prefetch(self, keys):
+        """Asks for the rows of `keys`, the next step's keys of this bag
+        (e.g. of the batch at step.next_batch), to come back with this
+        step's end, as ps_worker's next batch's rows ride on its pushes:
+        the next forward over the same keys then pulls nothing (over other
+        keys it pulls as usual). Call it in the step's body; outside a
+        step it does nothing."""
+        step = self._connected().step
+        if step is not None:
+            step.prefetch_rows(self._index, _unique(keys)[0])
+
+    def forward(self, keys, offsets=None, per_sample_weights=None):
+        trainer = self._connected()
+        unique_np, inverse = _unique(keys)
         step = trainer.step
         if step is None:  # outside a step (evaluation): no gradient
             rows = torch.from_numpy(trainer.session.pull_rows(self._index, unique_np))
@@ -241,6 +281,8 @@ class EmbeddingBag(torch.nn.Module):
             rows = _Rows.apply(rows, step, self._index, unique_np)
         if offsets is not None:
             offsets = torch.as_tensor(offsets, dtype=torch.int64)
+        # sparse: the rows' gradient comes as one row per key occurrence,
+        # summed per key by _Rows (torch's dense backward sorts the keys).
         return F.embedding_bag(
             inverse,
             rows,
@@ -248,7 +290,17 @@ class EmbeddingBag(torch.nn.Module):
             mode=self.mode,
             per_sample_weights=per_sample_weights,
             include_last_offset=self.include_last_offset,
+            sparse=step is not None,
         )
+
+
+def prefetch(module, keys):
+    """EmbeddingBag.prefetch(keys) on every ps.torch.EmbeddingBag of
+    `module`: for models whose bags all take the same keys (the FM and the
+    DLRM of examples/python/)."""
+    for m in module.modules():
+        if isinstance(m, EmbeddingBag):
+            m.prefetch(keys)
 
 
 def model_spec(module, tables=()):

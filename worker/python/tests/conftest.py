@@ -106,6 +106,24 @@ class Cluster:
         self.psctl("cluster", "down", check=False)
 
 
+def generator(name):
+    """tools/data/<name> of this build."""
+    gen = os.path.join(_bin_dir(), "tools", "data", name)
+    if not os.path.exists(gen):
+        gen = os.path.join(os.path.dirname(os.path.dirname(HERE)), "..", "bazel-bin",
+                           "tools", "data", name)
+    return gen
+
+
+def status_of(cluster, job_id):
+    """A finished job's (test AUC, examples/s) from psctl status."""
+    status = cluster.psctl("status", job_id).stdout
+    auc = re.search(r"test auc\s+([0-9.]+)", status, re.I)
+    rate = re.search(r"throughput\s+([0-9.]+) examples/s", status)
+    assert auc and rate, status
+    return float(auc.group(1)), float(rate.group(1))
+
+
 @pytest.fixture(scope="session")
 def cluster():
     c = Cluster(servers=int(os.environ.get("PS_TEST_SERVERS", "2")))

@@ -2,7 +2,8 @@
 processes on a generated click log (the project's Criteo reader through
 ps.Data): the job succeeds, and its final test AUC is at least that of
 configs/ctr_{fm,dlrm}_bsp.pbtxt (the same model in the layer language)
-trained by two ps_worker daemons on the same data, less 0.005."""
+trained by two ps_worker daemons on the same data, less 0.005; its
+evaluator worker also reported evaluations every data.eval_every_steps."""
 
 import json
 import os
@@ -12,18 +13,10 @@ import sys
 
 import pytest
 
-from conftest import HERE, Cluster
+from conftest import HERE, Cluster, generator, status_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "examples", "python")
-
-
-def generator(name):
-    """tools/data/<name> of this build."""
-    gen = os.path.join(os.environ.get("PS_BIN_DIR", ""), "tools", "data", name)
-    if not os.path.exists(gen):
-        gen = os.path.join(ROOT, "bazel-bin", "tools", "data", name)
-    return gen
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +29,6 @@ def click_log(tmp_path_factory):
     )
     with open(os.path.join(d, "truth.json"), encoding="utf-8") as f:
         return d, json.load(f)
-
-
-def status_of(cluster, job_id):
-    status = cluster.psctl("status", job_id).stdout
-    auc = re.search(r"test auc\s+([0-9.]+)", status, re.I)
-    rate = re.search(r"throughput\s+([0-9.]+) examples/s", status)
-    assert auc and rate, status
-    return float(auc.group(1)), float(rate.group(1))
 
 
 def with_data(spec, d):
@@ -83,6 +68,8 @@ def test_two_python_workers(click_log, script, model):
     with open(os.path.join(EXAMPLES, f"{script}_bsp.pbtxt"), encoding="utf-8") as f:
         spec = f.read()
     spec = with_data(spec, d).replace("model: BSP", f"model: {model}")
+    spec = spec.replace("shuffle_buffer: 10000", "shuffle_buffer: 10000\n"
+                        "  eval_every_steps: 100\n  eval_examples: 2000")
     cluster = Cluster(servers=2, join=False)
     try:
         env = dict(cluster.env, PYTHONPATH=os.path.dirname(HERE))
@@ -99,6 +86,11 @@ def test_two_python_workers(click_log, script, model):
         assert state == "SUCCEEDED", "\n".join(outs) + cluster.logs()
         assert all(w.returncode == 0 for w in workers), "\n".join(outs)
         auc, rate = status_of(cluster, job_id)
+        csv = cluster.psctl("metrics", job_id, "--format", "csv").stdout.splitlines()
+        rows = [dict(zip(csv[0].split(","), line.split(","))) for line in csv[1:]]
+        evals = sorted(int(r["step"]) for r in rows if r["name"] == "test_auc")
+        # Every 100 steps, and the final model's.
+        assert evals[0] == 100 and len(evals) >= 2 and evals[-1] > 100, evals
         print(
             f"{script} {model}: Python test AUC {auc:.4f} at {rate:.0f} "
             f"examples/s; ps_worker (BSP) {cpp_auc:.4f} at {cpp_rate:.0f}; "
