@@ -434,9 +434,10 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the parameter server's overhead on one training worker: "
-      "examples/s of the Fashion-MNIST MLP through one shard over loopback "
-      "gRPC (in this process, or the ps_server named by --server), against "
-      "the same worker's compute-only loop.");
+      "examples/s of the Fashion-MNIST MLP (or of --config's model on its "
+      "data) through one shard over loopback gRPC (in this process, or the "
+      "ps_server named by --server), against the same worker's "
+      "compute-only loop.");
   absl::ParseCommandLine(argc, argv);
   // First: it may restart this process (same pid and argv).
   const ps::kernels::BlasStartupResult blas =
