@@ -14,6 +14,8 @@
 #                         [--compressions "none topk:0.1"]
 #                         [--target 0.8 --eval_every 50] [--net mlp|cnn]
 #
+# --models: BSP, ASP, SSP3 (SSP with staleness 3), BSP+backup (BSP with
+# one backup worker: each step closes with the first worker's gradient).
 # --net cnn: the CNN of configs/fashion_mnist_cnn_bsp.pbtxt (two 5x5
 # convolutions, 256 units, 3.4 MB of parameters; Adam 0.0015 with cosine
 # decay over --steps) instead of the MLP 784-<hidden>-10.
@@ -52,6 +54,10 @@ while (($#)); do
   esac
 done
 [[ $net == mlp || $net == cnn ]] || { echo "bench: --net is mlp or cnn, not $net" >&2; exit 2; }
+for m in $models; do
+  [[ $m =~ ^(BSP|ASP|SSP3|BSP\+backup)$ ]] ||
+    { echo "bench: --models entries are BSP, ASP, SSP3 or BSP+backup, not $m" >&2; exit 2; }
+done
 for c in $compressions; do
   [[ $c =~ ^(none|fp16|bf16|topk:(0?\.[0-9]+|1)(:fp16|:bf16)?)$ ]] ||
     { echo "bench: --compressions entries are none, fp16, bf16 or topk:R[:fp16|:bf16], not $c" >&2; exit 2; }
@@ -66,7 +72,9 @@ trap 'exit 143' INT TERM
 
 spec() {  # MODEL COMPRESSION -> file
   local f=$NETSIM_CLUSTER_DIR/bench-$1-${2//:/}.pbtxt compression="" eval=100000
-  local examples=0 dtype="" topk=""
+  local examples=0 dtype="" topk="" consistency="model: $1"
+  [[ $1 == SSP3 ]] && consistency="model: SSP staleness: 3"
+  [[ $1 == BSP+backup ]] && consistency="model: BSP backup_workers: 1"
   case $2 in
     *fp16) dtype="wire_dtype: FLOAT16" ;;
     *bf16) dtype="wire_dtype: BFLOAT16" ;;
@@ -98,7 +106,7 @@ $model
 optimizer {
   $optimizer
 }
-consistency { model: $1 heartbeat_timeout_ms: 10000 barrier_timeout_ms: 120000 }
+consistency { $consistency heartbeat_timeout_ms: 10000 barrier_timeout_ms: 120000 }
 data { batch_size: 64 max_steps: $steps eval_every_steps: $eval eval_examples: $examples }
 num_workers: 2
 seed: 7
@@ -110,7 +118,7 @@ EOT
 srv_bytes() {  # rx+tx bytes of the server host's eth0
   "$C" net exec h1 sh -c 'echo $(( $(cat /sys/class/net/eth0/statistics/rx_bytes) + $(cat /sys/class/net/eth0/statistics/tx_bytes) ))'
 }
-fmt='%-7s %-4s %-14s %6s %8s %10s %8s %9s %12s\n'
+fmt='%-7s %-10s %-14s %6s %8s %10s %8s %9s %12s\n'
 # shellcheck disable=SC2059
 printf "$fmt" rate model gradients steps wall_s examples/s accuracy t@target server_MB/s
 for rate in $rates; do
