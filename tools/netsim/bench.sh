@@ -12,13 +12,17 @@
 #   tools/netsim/bench.sh [--rates "none 10gbit 1gbit"] [--hidden 1024]
 #                         [--steps 300] [--bin_dir DIR] [--models "BSP ASP"]
 #                         [--compressions "none topk:0.1"]
-#                         [--target 0.8 --eval_every 50] [--net mlp|cnn]
+#                         [--target 0.8 --eval_every 50] [--net mlp|cnn|fm]
+#                         [--ctr_dir /tmp/ctr]
 #
 # --models: BSP, ASP, SSP3 (SSP with staleness 3), BSP+backup (BSP with
 # one backup worker: each step closes with the first worker's gradient).
 # --net cnn: the CNN of configs/fashion_mnist_cnn_bsp.pbtxt (two 5x5
 # convolutions, 256 units, 3.4 MB of parameters; Adam 0.0015 with cosine
-# decay over --steps) instead of the MLP 784-<hidden>-10.
+# decay over --steps) instead of the MLP 784-<hidden>-10. --net fm: the
+# CTR FM of configs/ctr_fm_bsp.pbtxt (its model and optimizer) on the click
+# log in --ctr_dir (train.txt, test.txt: tools/data/criteo_gen), batches
+# of 256, judged by test AUC instead of accuracy.
 #
 # --compressions: each job runs once per entry: "none" (dense fp32), "fp16"
 # or "bf16" (compression { wire_dtype: ... }: both directions narrowed),
@@ -35,7 +39,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rates="none 10gbit 1gbit" hidden=1024 steps=300 bin_dir="" models="BSP ASP"
-compressions=none target="" eval_every=50 net=mlp
+compressions=none target="" eval_every=50 net=mlp ctr_dir=/tmp/ctr
 while (($#)); do
   case $1 in
     --rates) rates=$2; shift 2 ;;
@@ -47,13 +51,21 @@ while (($#)); do
     --target) target=$2; shift 2 ;;
     --eval_every) eval_every=$2; shift 2 ;;
     --net) net=$2; shift 2 ;;
+    --ctr_dir) ctr_dir=$2; shift 2 ;;
     *) echo "usage: $0 [--rates R] [--hidden H] [--steps N] [--bin_dir DIR]" \
          "[--models M] [--compressions C] [--target A] [--eval_every N]" \
-         "[--net mlp|cnn]" >&2
+         "[--net mlp|cnn|fm] [--ctr_dir D]" >&2
        exit 2 ;;
   esac
 done
-[[ $net == mlp || $net == cnn ]] || { echo "bench: --net is mlp or cnn, not $net" >&2; exit 2; }
+[[ $net =~ ^(mlp|cnn|fm)$ ]] || { echo "bench: --net is mlp, cnn or fm, not $net" >&2; exit 2; }
+metric=test_accuracy batch=64 data=""
+if [[ $net == fm ]]; then
+  [[ -s $ctr_dir/train.txt && -s $ctr_dir/test.txt ]] ||
+    { echo "bench: no click log in $ctr_dir (tools/data/criteo_gen --out_dir=$ctr_dir --max_vocab=100)" >&2; exit 2; }
+  metric=test_auc batch=256
+  data="format: CRITEO train_files: \"$ctr_dir/train.txt\" test_files: \"$ctr_dir/test.txt\" shuffle_buffer: 10000"
+fi
 for m in $models; do
   [[ $m =~ ^(BSP|ASP|SSP3|BSP\+backup)$ ]] ||
     { echo "bench: --models entries are BSP, ASP, SSP3 or BSP+backup, not $m" >&2; exit 2; }
@@ -99,6 +111,12 @@ spec() {  # MODEL COMPRESSION -> file
 }'
     optimizer="kind: ADAM learning_rate: 0.0015
   schedule { kind: COSINE total_steps: $steps min_lr: 0.00001 }"
+  elif [[ $net == fm ]]; then
+    # The config's model block (from "model {" to its closing brace).
+    model=$(awk '/^model \{/ { on = 1 } on { print } on && /^\}/ { exit }' \
+      "$here/../../configs/ctr_fm_bsp.pbtxt")
+    optimizer=$(awk '/^optimizer \{/ { sub(/^optimizer \{ */, ""); sub(/ *\}$/, ""); print }' \
+      "$here/../../configs/ctr_fm_bsp.pbtxt")
   fi
   cat >"$f" <<EOT
 name: "netsim-$1"
@@ -107,7 +125,7 @@ optimizer {
   $optimizer
 }
 consistency { $consistency heartbeat_timeout_ms: 10000 barrier_timeout_ms: 120000 }
-data { batch_size: 64 max_steps: $steps eval_every_steps: $eval eval_examples: $examples }
+data { $data batch_size: $batch max_steps: $steps eval_every_steps: $eval eval_examples: $examples }
 num_workers: 2
 seed: 7
 $compression
@@ -148,8 +166,8 @@ for rate in $rates; do
     tt="-"
     if [[ -n $target ]]; then
       # The first evaluation at or above the target, by its job time.
-      tt=$("$C" psctl metrics "$job" --format csv 2>/dev/null | awk -F, -v t="$target" '
-        $2 == "test_accuracy" && $7 >= t && (best == "" || $5 < best) { best = $5 }
+      tt=$("$C" psctl metrics "$job" --format csv 2>/dev/null | awk -F, -v t="$target" -v m="$metric" '
+        $2 == m && $7 >= t && (best == "" || $5 < best) { best = $5 }
         END { if (best == "") print "never"; else printf "%.1f\n", best / 1000 }')
     fi
     # shellcheck disable=SC2059
