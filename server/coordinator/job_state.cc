@@ -41,6 +41,12 @@ int64_t JobShardSteps(const JobRecord& record) {
   return std::max<int64_t>(0, record.spec().data().max_steps());
 }
 
+int64_t Joins(const JobRecord& record, int64_t member_id) {
+  int64_t n = 0;
+  for (const WorkerSlot& s : record.slots()) n += s.member_id() == member_id;
+  return n;
+}
+
 int64_t MaxJobStep(const JobRecord& record) {
   return std::max(MaxStep(record.spec()), record.total_steps());
 }

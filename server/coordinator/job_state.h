@@ -41,6 +41,11 @@ int64_t MaxJobStep(const JobRecord& record);
 // else data.max_steps, else 0 (not known yet), whatever the data format.
 int64_t JobShardSteps(const JobRecord& record);
 
+// How many times `member_id` joined the job: its slots (one at the start,
+// one more at every rejoin). The shards learn it with the membership
+// (UpdateMembershipRequest.worker_joins).
+int64_t Joins(const JobRecord& record, int64_t member_id);
+
 // Per-shard progress of bringing a job's shard in line (reconciler.h).
 struct ShardSync {
   // Ask the shard whether it holds the job (after a coordinator restart or

@@ -273,7 +273,9 @@ std::optional<Reconciler::Round> Reconciler::Begin(const std::string& job_id) {
   round.membership.set_job_id(job_id);
   round.membership.set_membership_epoch(job.record.membership_epoch());
   for (const WorkerSlot& s : job.record.slots()) {
-    if (s.active()) round.membership.add_worker_ids(s.member_id());
+    if (!s.active()) continue;
+    round.membership.add_worker_ids(s.member_id());
+    round.membership.add_worker_joins(Joins(job.record, s.member_id()));
   }
   return round;
 }
@@ -402,11 +404,9 @@ Reconciler::Outcome Reconciler::CallShards(const Round& round) {
       (out.lost.empty() && !round.rollback_pending)) {
     return out;
   }
-  const std::vector<int64_t> workers(round.membership.worker_ids().begin(),
-                                     round.membership.worker_ids().end());
-  out.rollback =
-      RollBack(shards_, round.job_id, round.spec, round.servers, workers,
-               round.incarnation + 1, out.lost, round.replica_epochs);
+  out.rollback = RollBack(shards_, round.job_id, round.spec, round.servers,
+                          round.membership, round.incarnation + 1, out.lost,
+                          round.replica_epochs);
   for (size_t k = 0; k < n; ++k) {
     const ShardAction& a = round.actions[k];
     if (a.kind != ShardAction::kCheck) continue;

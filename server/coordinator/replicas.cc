@@ -49,7 +49,10 @@ SetupJobRequest BaseSetup(const JobRecord& record, int shard,
   req.set_shard_index(shard);
   req.set_num_shards(record.servers_size());
   req.set_incarnation(record.incarnation());
-  for (int64_t w : workers) req.add_worker_ids(w);
+  for (int64_t w : workers) {
+    req.add_worker_ids(w);
+    req.add_worker_joins(Joins(record, w));
+  }
   return req;
 }
 

@@ -116,7 +116,7 @@ RollbackResult ChooseRollback(int num_shards, bool bsp, int num_workers,
 RollbackResult RollBack(ShardClient* shards, const std::string& job_id,
                         const JobSpec& spec,
                         const std::vector<std::string>& servers,
-                        const std::vector<int64_t>& worker_ids,
+                        const UpdateMembershipRequest& workers,
                         int64_t incarnation, std::vector<int> lost,
                         const std::vector<int64_t>& replica_epochs) {
   const int n = static_cast<int>(servers.size());
@@ -127,7 +127,8 @@ RollbackResult RollBack(ShardClient* shards, const std::string& job_id,
     *req.mutable_spec() = spec;
     req.set_shard_index(i);
     req.set_num_shards(n);
-    for (int64_t w : worker_ids) req.add_worker_ids(w);
+    *req.mutable_worker_ids() = workers.worker_ids();
+    *req.mutable_worker_joins() = workers.worker_joins();
     req.set_replace(true);
     req.set_incarnation(incarnation);
     req.set_start_version(start_version);
@@ -147,8 +148,8 @@ RollbackResult RollBack(ShardClient* shards, const std::string& job_id,
     return r->version();
   };
   return ChooseRollback(n, spec.consistency().model() == ConsistencySpec::BSP,
-                        static_cast<int>(worker_ids.size()), incarnation,
-                        std::move(lost), set_up);
+                        workers.worker_ids_size(), incarnation, std::move(lost),
+                        set_up);
 }
 
 }  // namespace ps::coordinator

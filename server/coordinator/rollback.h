@@ -46,14 +46,15 @@ RollbackResult ChooseRollback(int num_shards, bool bsp, int num_workers,
                               int64_t incarnation, std::vector<int> lost,
                               const SetUpShard& setup);
 
-// ChooseRollback over the job's shards through `shards` (no lock held).
+// ChooseRollback over the job's shards through `shards` (no lock held),
+// with `workers`' ids and joins as the active workers.
 // `replica_epochs` (a replicated job's, by shard; empty: unreplicated):
 // each shard is set up as a PRIMARY without backups at its epoch + 1, so
 // that new backups join it by a state transfer (replicas.h).
 RollbackResult RollBack(ShardClient* shards, const std::string& job_id,
                         const JobSpec& spec,
                         const std::vector<std::string>& servers,
-                        const std::vector<int64_t>& worker_ids,
+                        const UpdateMembershipRequest& workers,
                         int64_t incarnation, std::vector<int> lost,
                         const std::vector<int64_t>& replica_epochs = {});
 

@@ -112,6 +112,15 @@ TEST(Rollback, TheFirstFailedSetupStopsIt) {
   EXPECT_TRUE(r.note.empty());
 }
 
+// Workers `ids`, each joined `joins` times.
+UpdateMembershipRequest Workers(const std::vector<int64_t>& ids,
+                                const std::vector<int64_t>& joins) {
+  UpdateMembershipRequest m;
+  m.mutable_worker_ids()->Add(ids.begin(), ids.end());
+  m.mutable_worker_joins()->Add(joins.begin(), joins.end());
+  return m;
+}
+
 TEST(Rollback, SetupsReplaceTheJobAtTheNextIncarnation) {
   FakeShardClient shards;
   shards.checkpoints["127.0.0.1:7001"] = {20};
@@ -120,7 +129,7 @@ TEST(Rollback, SetupsReplaceTheJobAtTheNextIncarnation) {
   spec.mutable_consistency()->set_model(ConsistencySpec::BSP);
   const RollbackResult r =
       RollBack(&shards, "job-1", spec, {"127.0.0.1:7001", "127.0.0.1:7002"},
-               {4, 5}, /*incarnation=*/2, {1});
+               Workers({4, 5}, {1, 2}), /*incarnation=*/2, {1});
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(r.version, 20);
   ASSERT_EQ(shards.setups.size(), 3u);
@@ -133,6 +142,9 @@ TEST(Rollback, SetupsReplaceTheJobAtTheNextIncarnation) {
     EXPECT_EQ(
         std::vector<int64_t>(req.worker_ids().begin(), req.worker_ids().end()),
         (std::vector<int64_t>{4, 5}));
+    EXPECT_EQ(std::vector<int64_t>(req.worker_joins().begin(),
+                                   req.worker_joins().end()),
+              (std::vector<int64_t>{1, 2}));
   }
   EXPECT_EQ(shards.setups[0].first, "127.0.0.1:7002");
   EXPECT_EQ(shards.setups[0].second.restore_max_version(), 0) << "newest";
@@ -140,8 +152,8 @@ TEST(Rollback, SetupsReplaceTheJobAtTheNextIncarnation) {
   EXPECT_EQ(shards.setups[2].second.restore_max_version(), 20);
   // A shard's error names it.
   shards.setup_errors["127.0.0.1:7001"] = absl::UnavailableError("refused");
-  const RollbackResult failed =
-      RollBack(&shards, "job-1", spec, {"127.0.0.1:7001"}, {4}, 3, {0});
+  const RollbackResult failed = RollBack(
+      &shards, "job-1", spec, {"127.0.0.1:7001"}, Workers({4}, {1}), 3, {0});
   EXPECT_EQ(failed.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(failed.status.message().find("shard 0 (127.0.0.1:7001)"),
             std::string::npos)

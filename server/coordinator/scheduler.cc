@@ -104,6 +104,9 @@ std::optional<Scheduler::Start> Scheduler::Plan(WriteBatch* writes) {
   }
   start.workers.assign(idle.begin(), idle.begin() + want);
   AssignReplicas(r);
+  // Before the setups: they tell the shards each worker's joins (slots).
+  AssignInitialSlots(r, start.workers);
+  AssignInitialPlans(r);
   const int n = r.servers_size();
   start.setups.resize(n);
   for (int i = 0; i < n; ++i) {
@@ -118,8 +121,6 @@ std::optional<Scheduler::Start> Scheduler::Plan(WriteBatch* writes) {
         r.servers(i),
         ReplicaSetup(r, i, SetupJobRequest::PRIMARY, start.workers));
   }
-  AssignInitialSlots(r, start.workers);
-  AssignInitialPlans(r);
   r.set_reason(absl::StrCat("setting up ", start.servers.size(), " shard(s)"));
   next->starting = true;
   next->shards.assign(start.servers.size(), ShardSync{});

@@ -133,6 +133,9 @@ TEST_F(SchedulerTest, TheOldestQueuedJobStartsOnEveryServer) {
   EXPECT_EQ(std::vector<int64_t>(setup.worker_ids().begin(),
                                  setup.worker_ids().end()),
             (std::vector<int64_t>{w1, w2}));
+  EXPECT_EQ(std::vector<int64_t>(setup.worker_joins().begin(),
+                                 setup.worker_joins().end()),
+            (std::vector<int64_t>{1, 1}));
   EXPECT_FALSE(setup.replace());
   EXPECT_FALSE(first.starting);
   ASSERT_EQ(first.record.slots_size(), 2);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -77,8 +78,21 @@ void Job::CountDuplicate() {
   if (metrics.duplicate != nullptr) metrics.duplicate->Increment();
 }
 
-void SetMembers(Job& job, const std::vector<int64_t>& ids) {
+void SetMembers(Job& job, const std::vector<int64_t>& ids,
+                const std::vector<int64_t>& joins) {
   absl::flat_hash_set<int64_t> next(ids.begin(), ids.end());
+  absl::flat_hash_map<int64_t, int64_t> joined;
+  for (size_t i = 0; i < ids.size() && i < joins.size(); ++i) {
+    joined[ids[i]] = joins[i];
+  }
+  // Left and joined again between two updates: its process may be new.
+  for (auto& [id, w] : job.workers) {
+    auto it = joined.find(id);
+    if (w.active && w.joins > 0 && it != joined.end() && it->second > w.joins) {
+      w.active = false;
+      job.completed.erase(id);
+    }
+  }
   const bool bsp = job.model() == ConsistencySpec::BSP;
   int64_t others_min = -1;
   for (const auto& [id, w] : job.workers) {
@@ -109,6 +123,7 @@ void SetMembers(Job& job, const std::vector<int64_t>& ids) {
     w.pushed_step = -1;
     w.clock = bsp ? job.version : fresh_clock;
   }
+  for (const auto& [id, n] : joined) job.workers[id].joins = n;
 }
 
 }  // namespace ps::server

@@ -57,6 +57,9 @@ struct WorkerState {
   // early for the open step (Job::PullVersion).
   int64_t pushed_step = -1;
   SeqTracker seq;
+  // How many times it joined the job, as the coordinator counts
+  // (UpdateMembershipRequest.worker_joins); 0: not told.
+  int64_t joins = 0;
 };
 
 // The job's Prometheus series on this shard; all null without a registry.
@@ -159,8 +162,11 @@ struct Job {
 // open step no longer counts), and a worker that (re)joins starts at the
 // current version (BSP) or at version / workers (ASP/SSP restored from a
 // checkpoint, or the others' lowest clock), with fresh sequence numbers of
-// the job's incarnation.
-void SetMembers(Job& job, const std::vector<int64_t>& ids)
+// the job's incarnation. `joins`, parallel to `ids` (or empty): a worker
+// whose count grew joined again though it never left here, and starts over
+// in the same way.
+void SetMembers(Job& job, const std::vector<int64_t>& ids,
+                const std::vector<int64_t>& joins = {})
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
 
 }  // namespace ps::server

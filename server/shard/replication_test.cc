@@ -392,10 +392,17 @@ TEST(Replication, ABackupAddedMidJobIsBuiltByAStateTransfer) {
   auto b = net.NewServer("b");
   auto c = net.NewServer("c");
   const JobSpec spec = AdmittingSpec(ConsistencySpec::ASP);
+  // Each worker joined once (UpdateMembershipRequest.worker_joins).
+  auto joined_once = [](SetupJobRequest r) {
+    for (int i = 0; i < r.worker_ids_size(); ++i) r.add_worker_joins(1);
+    return r;
+  };
+  ASSERT_TRUE(b->SetupJob(joined_once(RoleSetup(spec, {1, 2, 3},
+                                                SetupJobRequest::BACKUP)))
+                  .ok());
   ASSERT_TRUE(
-      b->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::BACKUP)).ok());
-  ASSERT_TRUE(
-      a->SetupJob(RoleSetup(spec, {1, 2, 3}, SetupJobRequest::PRIMARY, {"b"}))
+      a->SetupJob(joined_once(RoleSetup(spec, {1, 2, 3},
+                                        SetupJobRequest::PRIMARY, {"b"})))
           .ok());
   for (auto& t : AspWorkers(*a, 3, 0, 15)) t.join();
   // The coordinator sets c up as a backup and gives the primary both; c's
@@ -422,6 +429,19 @@ TEST(Replication, ABackupAddedMidJobIsBuiltByAStateTransfer) {
   auto again = PushStep(*c, 3, 23, 22, true);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->duplicate);
+  // The image carried how often each worker joined (c's promotion did not
+  // say): one that rejoined unseen starts over here too.
+  UpdateMembershipRequest m;
+  m.set_job_id("job1");
+  m.set_membership_epoch(7);
+  for (int64_t w : {1, 2, 3}) {
+    m.add_worker_ids(w);
+    m.add_worker_joins(w == 3 ? 2 : 1);
+  }
+  ASSERT_TRUE(c->UpdateMembership(m).ok());
+  auto fresh = PushStep(*c, 3, 1, 23, true);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_FALSE(fresh->duplicate);
 }
 
 // Under BSP the image waits for a step's close (nothing staged), however

@@ -73,6 +73,7 @@ absl::StatusOr<ShardImage> ImageOf(Job& job) {
       out->set_last_push_ms(w.last_push_ms);
       out->set_pushed_step(w.pushed_step);
       out->set_seq_contiguous(w.seq.contiguous());
+      out->set_joins(w.joins);
       for (uint64_t s : w.seq.DoneAbove()) out->add_seq_done(s);
     }
   }
@@ -139,6 +140,7 @@ absl::Status InstallImage(Job& job, const ShardImage& image) {
     w.clock = in.clock();
     w.last_push_ms = in.last_push_ms();
     w.pushed_step = in.pushed_step();
+    w.joins = in.joins();
     w.seq = SeqTracker::Of(in.seq_contiguous(),
                            {in.seq_done().begin(), in.seq_done().end()});
   }

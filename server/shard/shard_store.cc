@@ -223,9 +223,8 @@ absl::StatusOr<bool> ShardStoreImpl::StartJob(Job& job,
     }
     job.version = request.start_version();
   }
-  std::vector<int64_t> ids(request.worker_ids().begin(),
-                           request.worker_ids().end());
-  SetMembers(job, ids);
+  SetMembers(job, {request.worker_ids().begin(), request.worker_ids().end()},
+             {request.worker_joins().begin(), request.worker_joins().end()});
   job.last_checkpoint_version = job.version;
   job.last_checkpoint_time = clock_->Now();
   return restored;
@@ -308,9 +307,8 @@ absl::StatusOr<UpdateMembershipResponse> ShardStoreImpl::UpdateMembership(
       return response;  // a stale update that crossed a newer one
     }
     job->membership_epoch = request.membership_epoch();
-    std::vector<int64_t> ids(request.worker_ids().begin(),
-                             request.worker_ids().end());
-    SetMembers(*job, ids);
+    SetMembers(*job, {request.worker_ids().begin(), request.worker_ids().end()},
+               {request.worker_joins().begin(), request.worker_joins().end()});
     step = job->version;
     if (job->model() == ConsistencySpec::BSP && !job->closing &&
         !job->completed.empty()) {

@@ -130,6 +130,41 @@ TEST(ShardStore, EvictionReleasesAWaitingBarrierAndRejoinStartsAtTheVersion) {
   ExpectAll(Weights(*store), -3.0f);
 }
 
+// A worker that left and came back between two membership updates (a
+// crashed Python script rejoining at once) is seen only as a grown join
+// count: it starts over with fresh sequence numbers, so the pushes of its
+// new process are applied, not answered as duplicates of its old ones.
+TEST(ShardStore, RejoinSeenOnlyAsAGrownJoinCountStartsOver) {
+  FakeClock clock;
+  auto store = NewStore(&clock);
+  SetupJobRequest setup = JobSetup(MakeSpec(ConsistencySpec::ASP), {1, 2});
+  setup.add_worker_joins(1);
+  setup.add_worker_joins(1);
+  ASSERT_TRUE(store->SetupJob(setup).ok());
+  ASSERT_TRUE(PushValue(*store, 2, 1, 0, 1.0f, true).ok());
+  ASSERT_TRUE(PushValue(*store, 2, 2, 1, 1.0f, true).ok());
+  EXPECT_EQ(Version(*store), 2);
+  UpdateMembershipRequest m;
+  m.set_job_id("job1");
+  m.set_membership_epoch(1);
+  m.add_worker_ids(1);
+  m.add_worker_ids(2);
+  m.add_worker_joins(1);
+  m.add_worker_joins(1);
+  ASSERT_TRUE(store->UpdateMembership(m).ok());
+  // The same count: number 1 again is a retry of the first push (answered,
+  // not applied: an applied end of step raises the version).
+  ASSERT_TRUE(PushValue(*store, 2, 1, 0, 1.0f, true).ok());
+  EXPECT_EQ(Version(*store), 2);
+  // Joined again: its numbers start over and are applied.
+  m.set_membership_epoch(2);
+  m.set_worker_joins(1, 2);
+  ASSERT_TRUE(store->UpdateMembership(m).ok());
+  ASSERT_TRUE(PushValue(*store, 2, 1, 2, 1.0f, true).ok());
+  ASSERT_TRUE(PushValue(*store, 2, 2, 3, 1.0f, true).ok());
+  EXPECT_EQ(Version(*store), 4);
+}
+
 // Threads pushing to disjoint and shared chunks concurrently lose nothing.
 TEST(ShardStore, ConcurrentPushesLoseNoUpdate) {
   FakeClock clock;
