@@ -121,12 +121,12 @@ class CoordinatorLinkImpl final : public CoordinatorLink {
 
   absl::Status ReportFailure(const std::string& job_id,
                              const std::string& message,
-                             const std::string& server_address) override {
+                             bool crashed) override {
     ReportFailureRequest req;
     req.set_member_id(member_id());
     req.set_job_id(job_id);
     req.set_message(message);
-    req.set_server_address(server_address);
+    req.set_crashed(crashed);
     return CallWithRetry(RetryPolicy{}, [&] {
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.rpc_timeout, options_.token);

@@ -89,9 +89,12 @@ class CoordinatorLink {
   // Points dropped because the outbox was full (max_held_points).
   virtual int64_t dropped_points() const = 0;
 
+  // The worker gives up on the job (it leaves it for good), or with
+  // `crashed` its process for the job died and it rejoins
+  // (ReportFailureRequest.crashed).
   virtual absl::Status ReportFailure(const std::string& job_id,
                                      const std::string& message,
-                                     const std::string& server_address) = 0;
+                                     bool crashed) = 0;
 
   // Whether the last heartbeat reached the coordinator.
   virtual bool Connected() const = 0;

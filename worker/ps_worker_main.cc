@@ -59,6 +59,10 @@ ABSL_FLAG(int, health_port, -1,
 ABSL_FLAG(std::string, health_host, "0.0.0.0", "Interface for --health_port.");
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "The interpreter for jobs with a python.script (docs/python.md).");
+ABSL_FLAG(int, python_rejoins, 3,
+          "How many times a job's Python script killed by a signal (kill -9, "
+          "the OOM killer, a crash) rejoins the job at the current step; "
+          "after that, or when it exits non-zero, the worker leaves the job.");
 
 namespace ps::worker {
 namespace {
@@ -263,6 +267,9 @@ struct JobControl {
   int64_t shard_steps ABSL_GUARDED_BY(plan_mu) = 0;  // once the data is read
   // Set when the plan grew past where the steps ended: train on from here.
   int64_t resume_at = -1;
+  // The job's Python entrypoint was killed by a signal (not by a stop): the
+  // worker lost its state but not its daemon, and may rejoin.
+  bool crashed = false;
 
   // Whether the plan goes past `clock`.
   bool Grown(int64_t clock) {
@@ -429,6 +436,11 @@ absl::Status RunPythonEntrypoint(WorkerProcess& w, const WorkerAssignment& job,
   w.link->PauseHeartbeats();
   absl::StatusOr<EntrypointResult> r = RunEntrypoint(
       argv, EntrypointEnvironment(w, job), &control.stop, absl::Seconds(10));
+  // The script's clock was the member's; this process's heartbeats keep it
+  // alive without naming one (a clock of no incarnation is not the job's
+  // progress), so that the coordinator keeps the last clock the script
+  // reported.
+  w.link->SetProgress(job.job_id(), 0, /*incarnation=*/-1);
   w.link->ResumeHeartbeats();
   PS_RETURN_IF_ERROR(r.status());
   if (!r->ok()) {
@@ -447,6 +459,7 @@ absl::Status RunPythonEntrypoint(WorkerProcess& w, const WorkerAssignment& job,
                                              " as the job stopped"));
   }
   if (!r->ok()) {
+    control.crashed = r->signal != 0;
     std::string tail = r->stderr_tail;
     if (tail.size() > 1000) tail = "..." + tail.substr(tail.size() - 1000);
     return absl::FailedPreconditionError(
@@ -542,10 +555,12 @@ struct JobEnd {
   int64_t resume_at = -1;   // the plan grew: the step to train on from
   int64_t plan_epoch = 0;   // the membership epoch of the plan it finished
   int64_t incarnation = 0;  // the job's incarnation it finished in
+  bool crashed = false;     // its Python script crashed; it left to rejoin
 };
 
-// Runs one assignment to its end.
-JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job) {
+// Runs one assignment to its end. `may_rejoin`: a crashed Python script
+// leaves the job to rejoin it rather than failing.
+JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job, bool may_rejoin) {
   std::fprintf(stderr, "worker: job %s rank %d/%d, %d servers%s%s\n",
                job.job_id().c_str(), job.rank(), job.num_workers(),
                job.server_addresses_size(),
@@ -600,6 +615,16 @@ JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job) {
   if (control.resume_at >= 0 && !g_terminate) {
     return {.finished = false, .resume_at = control.resume_at};
   }
+  if (control.crashed && may_rejoin && !g_terminate) {
+    std::fprintf(stderr,
+                 "worker: job %s: %s; leaving the job to rejoin it at the "
+                 "current step\n",
+                 job.job_id().c_str(), std::string(status.message()).c_str());
+    (void)w.link->ReportFailure(job.job_id(), std::string(status.message()),
+                                /*crashed=*/true);
+    w.link->SetProgress("", 0, 0);
+    return {.finished = false, .crashed = true};
+  }
   if (absl::IsCancelled(status)) {
     std::fprintf(stderr, "worker: job %s stopped: %s\n", job.job_id().c_str(),
                  std::string(status.message()).c_str());
@@ -607,7 +632,7 @@ JobEnd RunJob(WorkerProcess& w, const WorkerAssignment& job) {
     std::fprintf(stderr, "worker: job %s failed: %s\n", job.job_id().c_str(),
                  std::string(status.message()).c_str());
     (void)w.link->ReportFailure(job.job_id(), std::string(status.message()),
-                                "");
+                                /*crashed=*/false);
   }
   w.link->SetProgress("", 0, 0);
   absl::MutexLock l(&control.plan_mu);
@@ -633,7 +658,9 @@ int Run(const std::string& blas_core) {
   // undid its steps past the rollback's step: it trains them again.
   int64_t finished_epoch = 0;
   int64_t finished_incarnation = 0;
-  int64_t resume_at = -1;  // the step to train on from when the plan grew
+  int64_t resume_at = -1;   // the step to train on from when the plan grew
+  std::string crashed_job;  // the job whose script crashed, and how often
+  int crashes = 0;
   while (!g_terminate) {
     current = w.link->WaitForChange(current, absl::Milliseconds(500));
     if (current.command() != WorkerAssignment::TRAIN ||
@@ -646,7 +673,13 @@ int Run(const std::string& blas_core) {
     if (resume_at >= 0) job.set_start_step(std::exchange(resume_at, -1));
     // After a rollback `current` is the old assignment: the next wait
     // returns the new one.
-    const JobEnd end = RunJob(w, job);
+    if (job.job_id() != crashed_job) crashes = 0;
+    const JobEnd end =
+        RunJob(w, job, crashes < absl::GetFlag(FLAGS_python_rejoins));
+    if (end.crashed) {
+      crashed_job = job.job_id();
+      ++crashes;
+    }
     resume_at = end.resume_at;
     if (end.finished) {
       finished_job = job.job_id();

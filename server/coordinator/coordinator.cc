@@ -354,8 +354,12 @@ absl::Status CoordinatorImpl::ReportFailure(
     absl::MutexLock l(&table_.mu());
     PS_ASSIGN_OR_RETURN(Job * job, table_.Find(request.job_id()));
     const bool server = !request.server_address().empty();
+    const bool crashed = !server && request.crashed();
     table_.AddEvent(
-        *job, server ? "server_failure" : "worker_failure",
+        *job,
+        server    ? "server_failure"
+        : crashed ? "worker_crash"
+                  : "worker_failure",
         server ? absl::StrCat("member ", request.member_id(),
                               " cannot reach shard ", request.server_address(),
                               ": ", request.message())
@@ -365,10 +369,12 @@ absl::Status CoordinatorImpl::ReportFailure(
     // A worker that gave up on the job (diverged, a shard gone past its
     // retry deadline, bad data) leaves it, so that no barrier waits for it
     // and a job whose every worker failed ends FAILED instead of hanging.
+    // One whose process crashed leaves it too, but comes back to its rank
+    // (FillVacancies) as a restarted worker does.
     if (!server && job->record.state() == RUNNING) {
       Evict(table_, *job, request.member_id(),
-            absl::StrCat("failed: ", request.message()), /*banned=*/true,
-            &writes);
+            absl::StrCat(crashed ? "crashed: " : "failed: ", request.message()),
+            /*banned=*/!crashed, &writes);
     }
   }
   return writes.Flush(store_);

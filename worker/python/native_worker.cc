@@ -164,7 +164,7 @@ class Worker {
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = link_->ReportFailure(job_id, message, "");
+      s = link_->ReportFailure(job_id, message, /*crashed=*/false);
     }
     Check(s);
   }

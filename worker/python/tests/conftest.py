@@ -29,7 +29,7 @@ def _bin_dir():
 
 
 class Cluster:
-    def __init__(self, servers, join=True, workers=0):
+    def __init__(self, servers, join=True, workers=0, worker_flags=()):
         self.bin_dir = os.path.realpath(_bin_dir())
         self.psctl_path = os.path.join(self.bin_dir, "tools", "psctl", "psctl")
         self.tmp = tempfile.mkdtemp(prefix="ps-py-", dir=os.environ.get("TEST_TMPDIR"))
@@ -39,6 +39,7 @@ class Cluster:
             "cluster", "up", "--servers", str(servers), "--workers", str(workers),
             "--device", "cpu", "--bin_dir", self.bin_dir,
             "--coordinator_flag=--heartbeat_interval_ms=200",
+            *(f"--worker_flag={f}" for f in worker_flags),
         )
         self.env = dict(
             os.environ,
