@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fault: a slow network path. One of two workers talks to the coordinator and
-# the shard through tests/delay_proxy (an HTTP CONNECT proxy, picked up by
+# the shard through tools/netsim/delay_proxy (an HTTP CONNECT proxy, picked up by
 # gRPC from grpc_proxy=...) that delays every byte by 40 ms each way; the
 # other talks directly. Every job SUCCEEDS with nobody evicted. ASP: the
 # fast worker is not held back (it finishes its steps in under half the slow
@@ -9,7 +9,7 @@
 # within its barrier timeout instead of evicting it.
 set -euo pipefail
 source "${TEST_SRCDIR}/ps/tests/fault_lib.sh"
-PROXY="$R/tests/delay_proxy"
+PROXY="$R/tools/netsim/delay_proxy"
 
 psctl cluster up --servers 1 --workers 1 --device cpu --bin_dir "$R" \
   --coordinator_flag=--heartbeat_interval_ms=200 \

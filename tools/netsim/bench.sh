@@ -13,7 +13,15 @@
 #                         [--steps 300] [--bin_dir DIR] [--models "BSP ASP"]
 #                         [--compressions "none topk:0.1"]
 #                         [--target 0.8 --eval_every 50] [--net mlp|cnn|fm]
-#                         [--ctr_dir /tmp/ctr]
+#                         [--ctr_dir /tmp/ctr] [--delays "none 0 500"]
+#                         [--plots DIR]
+#
+# --delays: each rate runs once per entry: "none" (workers talk directly)
+# or microseconds of added latency in each direction between a worker and
+# the others (cluster.sh up --delay_us: a delay proxy on the worker's host;
+# 0 is the proxy's own cost). --plots: `psctl compare` of each cluster's
+# jobs (one per rate and delay, with --target) as DIR/<net>-<rate>-<delay>
+# .png/.svg and its table in .txt.
 #
 # --models: BSP, ASP, SSP3 (SSP with staleness 3), BSP+backup (BSP with
 # one backup worker: each step closes with the first worker's gradient).
@@ -40,6 +48,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rates="none 10gbit 1gbit" hidden=1024 steps=300 bin_dir="" models="BSP ASP"
 compressions=none target="" eval_every=50 net=mlp ctr_dir=/tmp/ctr
+delays=none plots=""
 while (($#)); do
   case $1 in
     --rates) rates=$2; shift 2 ;;
@@ -52,9 +61,11 @@ while (($#)); do
     --eval_every) eval_every=$2; shift 2 ;;
     --net) net=$2; shift 2 ;;
     --ctr_dir) ctr_dir=$2; shift 2 ;;
+    --delays) delays=$2; shift 2 ;;
+    --plots) plots=$2; shift 2 ;;
     *) echo "usage: $0 [--rates R] [--hidden H] [--steps N] [--bin_dir DIR]" \
          "[--models M] [--compressions C] [--target A] [--eval_every N]" \
-         "[--net mlp|cnn|fm] [--ctr_dir D]" >&2
+         "[--net mlp|cnn|fm] [--ctr_dir D] [--delays D] [--plots DIR]" >&2
        exit 2 ;;
   esac
 done
@@ -74,6 +85,11 @@ for c in $compressions; do
   [[ $c =~ ^(none|fp16|bf16|topk:(0?\.[0-9]+|1)(:fp16|:bf16)?)$ ]] ||
     { echo "bench: --compressions entries are none, fp16, bf16 or topk:R[:fp16|:bf16], not $c" >&2; exit 2; }
 done
+for d in $delays; do
+  [[ $d =~ ^(none|[0-9]+)$ ]] ||
+    { echo "bench: --delays entries are none or microseconds, not $d" >&2; exit 2; }
+done
+[[ -z $plots ]] || mkdir -p "$plots"
 own_dir=""
 [[ -n ${NETSIM_CLUSTER_DIR:-} ]] || own_dir=/tmp/netsim-bench.$$
 export NETSIM_CLUSTER_DIR=${NETSIM_CLUSTER_DIR:-$own_dir}
@@ -85,6 +101,8 @@ trap 'exit 143' INT TERM
 spec() {  # MODEL COMPRESSION -> file
   local f=$NETSIM_CLUSTER_DIR/bench-$1-${2//:/}.pbtxt compression="" eval=100000
   local examples=0 dtype="" topk="" consistency="model: $1"
+  local name=netsim-$1
+  [[ $2 == none ]] || name+=-$2
   [[ $1 == SSP3 ]] && consistency="model: SSP staleness: 3"
   [[ $1 == BSP+backup ]] && consistency="model: BSP backup_workers: 1"
   case $2 in
@@ -119,7 +137,7 @@ spec() {  # MODEL COMPRESSION -> file
       "$here/../../configs/ctr_fm_bsp.pbtxt")
   fi
   cat >"$f" <<EOT
-name: "netsim-$1"
+name: "$name"
 $model
 optimizer {
   $optimizer
@@ -136,19 +154,23 @@ EOT
 srv_bytes() {  # rx+tx bytes of the server host's eth0
   "$C" net exec h1 sh -c 'echo $(( $(cat /sys/class/net/eth0/statistics/rx_bytes) + $(cat /sys/class/net/eth0/statistics/tx_bytes) ))'
 }
-fmt='%-7s %-10s %-14s %6s %8s %10s %8s %9s %12s\n'
+fmt='%-7s %-8s %-10s %-14s %6s %8s %10s %8s %9s %12s\n'
 # shellcheck disable=SC2059
-printf "$fmt" rate model gradients steps wall_s examples/s accuracy t@target server_MB/s
+printf "$fmt" rate delay_us model gradients steps wall_s examples/s accuracy t@target server_MB/s
 for rate in $rates; do
-  rate_flag=()
-  [[ $rate == none ]] || rate_flag=(--rate "$rate")
-  "$C" up --servers 1 --workers 2 "${rate_flag[@]}" ${bin_dir:+--bin_dir "$bin_dir"} 2>/dev/null
+  for delay in $delays; do
+  up_flags=()
+  [[ $rate == none ]] || up_flags=(--rate "$rate")
+  [[ $delay == none ]] || up_flags+=(--delay_us "$delay")
+  "$C" up --servers 1 --workers 2 "${up_flags[@]}" ${bin_dir:+--bin_dir "$bin_dir"} 2>/dev/null
+  jobs=()
   for model in $models; do
   for compression in $compressions; do
     f=$(spec "$model" "$compression")
     b0=$(srv_bytes)
     t0=$(date +%s.%N)
     job=$("$C" psctl submit "$f" | head -n1)
+    jobs+=("$job")
     state=""
     for ((i = 0; i < 1200; i++)); do
       state=$("$C" psctl status "$job" | awk '$1 == "state" { sub(":", "", $2); print $2 }')
@@ -171,9 +193,15 @@ for rate in $rates; do
         END { if (best == "") print "never"; else printf "%.1f\n", best / 1000 }')
     fi
     # shellcheck disable=SC2059
-    printf "$fmt" "$rate" "$model" "${compression/none/dense}" "$steps" "$wall" \
+    printf "$fmt" "$rate" "$delay" "$model" "${compression/none/dense}" "$steps" "$wall" \
       "$thr" "$acc" "$tt" "$mbs"
   done
   done
+  if [[ -n $plots && -n $target ]]; then
+    out=$plots/$net-$rate-$delay
+    "$C" psctl compare "${jobs[@]}" --target "$target" --out "$out" >"$out.txt" 2>&1 ||
+      echo "bench: psctl compare failed: see $out.txt" >&2
+  fi
   "$C" down >/dev/null 2>&1
+  done
 done

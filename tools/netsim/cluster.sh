@@ -9,7 +9,8 @@
 #   hS+1 .. hS+W            ps_worker    --coordinator=ADDR (CPU)
 #
 #   cluster.sh up [--servers S] [--workers W] [--rate RATE] [--bin_dir DIR]
-#                 [--coordinator_flag=F] [--server_flag=F] [--worker_flag=F]
+#                 [--delay_us US] [--coordinator_flag=F] [--server_flag=F]
+#                 [--worker_flag=F]
 #   cluster.sh psctl ARGS...    psctl on h0, --coordinator=ADDR (e.g.
 #                               `cluster.sh psctl submit job.pbtxt`)
 #   cluster.sh status           hosts and members
@@ -23,7 +24,13 @@
 # $NETSIM_CLUSTER_DIR (default /tmp/netsim-cluster; --dir DIR overrides,
 # first). The cluster token is random, mode 0600, passed by file. --bin_dir
 # is a Bazel bin or runfiles tree (default: bazel-bin beside this script).
-# A failed `up` removes what it made; every wait is bounded. Needs root.
+# --delay_us: added latency (this kernel has no netem): each worker talks to
+# the others through tools/netsim/delay_proxy on its own host (gRPC's
+# grpc_proxy), which delivers every byte US microseconds late in both
+# directions, so a round trip between a worker and a shard or the
+# coordinator takes 2*US longer; 0 runs the proxy without delay (its own
+# cost). A failed `up` removes what it made; every wait is bounded. Needs
+# root.
 set -euo pipefail
 export PATH=/usr/sbin:/sbin:/usr/bin:/bin:$PATH
 
@@ -66,7 +73,7 @@ stop_daemons() {
   for f in "$DIR"/pids/*.pid; do
     [[ -e $f ]] || continue
     p=$(cat "$f")
-    grep -qaE 'coordinator|ps_server|ps_worker' "/proc/$p/cmdline" 2>/dev/null &&
+    grep -qaE 'coordinator|ps_server|ps_worker|delay_proxy' "/proc/$p/cmdline" 2>/dev/null &&
       kill -TERM "$p" 2>/dev/null || true
   done
   for ((i = 0; i < 100; i++)); do
@@ -74,7 +81,7 @@ stop_daemons() {
     for f in "$DIR"/pids/*.pid; do
       [[ -e $f ]] || continue
       p=$(cat "$f")
-      grep -qaE 'coordinator|ps_server|ps_worker' "/proc/$p/cmdline" 2>/dev/null && alive=1
+      grep -qaE 'coordinator|ps_server|ps_worker|delay_proxy' "/proc/$p/cmdline" 2>/dev/null && alive=1
     done
     ((alive)) || break
     sleep 0.1
@@ -88,7 +95,7 @@ down() {
 }
 
 up() {
-  local servers=1 workers=2 rate="" bin_dir="" cflags=() sflags=() wflags=()
+  local servers=1 workers=2 rate="" bin_dir="" delay_us="" cflags=() sflags=() wflags=()
   while (($#)); do
     case $1 in
       --servers) servers=$2; shift 2 ;;
@@ -98,14 +105,16 @@ up() {
       --coordinator_flag=*) cflags+=("${1#*=}"); shift ;;
       --server_flag=*) sflags+=("${1#*=}"); shift ;;
       --worker_flag=*) wflags+=("${1#*=}"); shift ;;
+      --delay_us) delay_us=$2; shift 2 ;;
       *) die "unknown option $1" ;;
     esac
   done
   [[ $servers =~ ^[0-9]+$ && $workers =~ ^[0-9]+$ ]] && ((servers >= 1 && workers >= 1)) ||
     die "--servers and --workers must be at least 1"
+  [[ -z $delay_us || $delay_us =~ ^[0-9]+$ ]] || die "--delay_us is a number of microseconds, not $delay_us"
   [[ -n $bin_dir ]] || bin_dir=$(cd "$here/../.." && pwd)/bazel-bin
   [[ -s $DIR/net/prefix ]] && die "$DIR holds a running cluster; cluster.sh down first"
-  local n=$((1 + servers + workers)) i h a
+  local n=$((1 + servers + workers)) i h a k
   mkdir -p "$DIR"/{logs,pids,data,psctl}
   rm -f "$DIR/coordinator.addr" "$DIR/members"
   echo "$bin_dir" >"$DIR/bin_dir"
@@ -134,9 +143,19 @@ up() {
       --advertise_address="$a" --coordinator="$(coordinator_addr)" \
       --data_dir="$DIR/data/server-$i" --token_file="$DIR/token" --threads=2 "${sflags[@]}"
   done
+  local proxy=()
   for ((i = 0; i < workers; i++)); do
     h=h$((1 + servers + i))
-    start "worker-$i" "$h" "$(bin_of worker/ps_worker)" --coordinator="$(coordinator_addr)" \
+    if [[ -n $delay_us ]]; then
+      # Its host's loopback; only the cluster's network beyond it.
+      rm -f "$DIR/proxy-$i.port"
+      start "proxy-$i" "$h" "$(bin_of tools/netsim/delay_proxy)" --port_file="$DIR/proxy-$i.port" \
+        --delay_us="$delay_us" --allow=198.18.0.0/15 --max_seconds=86400
+      for ((k = 0; k < 100; k++)); do [[ -s $DIR/proxy-$i.port ]] && break; sleep 0.05; done
+      [[ -s $DIR/proxy-$i.port ]] || die "the delay proxy on $h did not start; see $DIR/logs/proxy-$i.log"
+      proxy=(env "grpc_proxy=http://127.0.0.1:$(tr -d ' \n' <"$DIR/proxy-$i.port")")
+    fi
+    start "worker-$i" "$h" "${proxy[@]}" "$(bin_of worker/ps_worker)" --coordinator="$(coordinator_addr)" \
       --token_file="$DIR/token" --device=cpu --cpu_threads=1 --wait_spin_us=0 "${wflags[@]}"
   done
 
@@ -154,7 +173,7 @@ up() {
   done
   ((s >= servers && w >= workers)) ||
     die "only $s/$servers servers and $w/$workers workers registered within 60 s; see $DIR/logs/"
-  log "up: $servers servers, $workers workers on $n hosts${rate:+, links at $rate}; state in $DIR"
+  log "up: $servers servers, $workers workers on $n hosts${rate:+, links at $rate}${delay_us:+, workers $delay_us us behind a delay proxy}; state in $DIR"
 }
 
 cmd=${1:-}

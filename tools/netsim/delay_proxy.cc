@@ -1,12 +1,16 @@
-// Test helper: an HTTP CONNECT proxy on 127.0.0.1 that delivers every byte
-// `--delay_ms` late in both directions (a slow network path). gRPC clients
-// use it when started with grpc_proxy=http://127.0.0.1:PORT, so one process
-// can be put behind a slow link while the others talk directly.
+// An HTTP CONNECT proxy on 127.0.0.1 that delivers every byte `--delay_ms`
+// (or `--delay_us`) late in both directions (a slow network path). gRPC
+// clients use it when started with grpc_proxy=http://127.0.0.1:PORT, so one
+// process can be put behind a slow link while the others talk directly
+// (tests/fault_slow_network_test), or every worker of a simulated cluster
+// behind added latency (tools/netsim/cluster.sh up --delay_us).
 //
-//   delay_proxy --port_file=F --delay_ms=N [--max_seconds=S]
+//   delay_proxy --port_file=F (--delay_ms=N | --delay_us=N)
+//               [--allow=CIDR[,CIDR...]] [--max_seconds=S]
 //
-// Only CONNECT to 127.0.0.1 / localhost is forwarded. The proxy exits after
-// --max_seconds (default 600) so a test that forgets it cannot leak it.
+// Only CONNECT to 127.0.0.1 / localhost, and to IPv4 addresses in --allow
+// (e.g. netsim's 198.18.0.0/15), is forwarded. The proxy exits after
+// --max_seconds (default 600) so a run that forgets it cannot leak it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,12 +28,53 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int g_delay_ms = 50;
+std::chrono::microseconds g_delay{50000};
+
+// IPv4 networks CONNECT may reach besides loopback (host byte order).
+struct Network {
+  uint32_t base = 0;
+  uint32_t mask = 0;
+};
+std::vector<Network> g_allow;
+
+// "a.b.c.d/n" (or a bare address) -> network; false when malformed.
+bool ParseNetwork(const std::string& s, Network* out) {
+  const size_t slash = s.find('/');
+  const std::string addr = s.substr(0, slash);
+  int bits = 32;
+  if (slash != std::string::npos) {
+    char* end = nullptr;
+    const long b = std::strtol(s.c_str() + slash + 1, &end, 10);
+    if (*end != '\0' || b < 0 || b > 32) return false;
+    bits = static_cast<int>(b);
+  }
+  in_addr a{};
+  if (inet_pton(AF_INET, addr.c_str(), &a) != 1) return false;
+  out->mask = bits == 0 ? 0 : ~uint32_t{0} << (32 - bits);
+  out->base = ntohl(a.s_addr) & out->mask;
+  return true;
+}
+
+// The address CONNECT `host` goes to, or false when it is not allowed.
+bool Upstream(const char* host, in_addr* out) {
+  if (std::strcmp(host, "localhost") == 0 ||
+      std::strcmp(host, "127.0.0.1") == 0) {
+    out->s_addr = htonl(INADDR_LOOPBACK);
+    return true;
+  }
+  if (inet_pton(AF_INET, host, out) != 1) return false;
+  const uint32_t h = ntohl(out->s_addr);
+  for (const Network& n : g_allow) {
+    if ((h & n.mask) == n.base) return true;
+  }
+  return false;
+}
 
 bool WriteAll(int fd, const char* p, size_t n) {
   while (n > 0) {
@@ -69,7 +114,7 @@ void Pipe(int from, int to) {
     const ssize_t n = recv(from, buf, sizeof(buf), 0);
     if (n <= 0) break;
     std::lock_guard<std::mutex> l(mu);
-    queue.emplace_back(Clock::now() + std::chrono::milliseconds(g_delay_ms),
+    queue.emplace_back(Clock::now() + g_delay,
                        std::string(buf, static_cast<size_t>(n)));
     cv.notify_one();
   }
@@ -94,9 +139,9 @@ void Serve(int client) {
   }
   char host[256] = {0};
   int port = 0;
+  in_addr to{};
   if (std::sscanf(head.c_str(), "CONNECT %255[^:]:%d", host, &port) != 2 ||
-      (std::strcmp(host, "127.0.0.1") != 0 &&
-       std::strcmp(host, "localhost") != 0)) {
+      !Upstream(host, &to)) {
     const char* bad = "HTTP/1.1 403 Forbidden\r\n\r\n";
     WriteAll(client, bad, std::strlen(bad));
     close(client);
@@ -105,7 +150,7 @@ void Serve(int client) {
   const int upstream = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_addr = to;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (connect(upstream, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
       0) {
@@ -143,7 +188,28 @@ std::string Flag(int argc, char** argv, const char* name,
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
-  g_delay_ms = std::atoi(Flag(argc, argv, "delay_ms", "50").c_str());
+  const std::string delay_us = Flag(argc, argv, "delay_us", "");
+  g_delay = delay_us.empty()
+                ? std::chrono::milliseconds(
+                      std::atoi(Flag(argc, argv, "delay_ms", "50").c_str()))
+                : std::chrono::microseconds(std::atoi(delay_us.c_str()));
+  if (g_delay.count() < 0) {
+    std::fprintf(stderr, "delay_proxy: the delay must be >= 0\n");
+    return 2;
+  }
+  const std::string allow = Flag(argc, argv, "allow", "");
+  for (size_t at = 0; at < allow.size();) {
+    size_t comma = allow.find(',', at);
+    if (comma == std::string::npos) comma = allow.size();
+    Network n;
+    if (!ParseNetwork(allow.substr(at, comma - at), &n)) {
+      std::fprintf(stderr, "delay_proxy: --allow: not a CIDR network: %s\n",
+                   allow.substr(at, comma - at).c_str());
+      return 2;
+    }
+    g_allow.push_back(n);
+    at = comma + 1;
+  }
   const int max_seconds =
       std::atoi(Flag(argc, argv, "max_seconds", "600").c_str());
   const std::string port_file = Flag(argc, argv, "port_file", "");
@@ -161,8 +227,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int port = ntohs(addr.sin_port);
-  std::fprintf(stderr, "delay_proxy: 127.0.0.1:%d, delay %d ms\n", port,
-               g_delay_ms);
+  std::fprintf(stderr, "delay_proxy: 127.0.0.1:%d, delay %lld us\n", port,
+               static_cast<long long>(g_delay.count()));
   if (!port_file.empty()) std::ofstream(port_file) << port << "\n";
   alarm(static_cast<unsigned>(max_seconds));  // SIGALRM ends the process
   for (;;) {
