@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/platform/fake_clock.h"
 #include "server/coordinator/coordinator.h"
@@ -138,6 +139,18 @@ class CoordinatorTest : public ::testing::Test {
       p->set_final_model(final_model);
     }
     return coordinator_->ReportMetrics(r);
+  }
+
+  // `member` gives up on `job` (ReportFailure), or with `crashed` its
+  // process for the job died.
+  absl::Status Fail(int64_t member, const std::string& job,
+                    const std::string& message, bool crashed = false) {
+    ReportFailureRequest r;
+    r.set_job_id(job);
+    r.set_member_id(member);
+    r.set_message(message);
+    r.set_crashed(crashed);
+    return coordinator_->ReportFailure(r);
   }
 
   // `servers` servers (127.0.0.1:7001, :7002, ...) and `n` workers, one job

@@ -69,18 +69,13 @@ TEST_F(CoordinatorTest, NoWorkerLeftFailsTheJob) {
 TEST_F(CoordinatorTest, WorkersThatReportFailureLeaveAndTheLastFailsTheJob) {
   std::vector<int64_t> w;
   const std::string id = RunningJob(2, Spec(2), &w);
-  ReportFailureRequest req;
-  req.set_job_id(id);
-  req.set_member_id(w[0]);
-  req.set_message("gradient holds NaN");
-  ASSERT_TRUE(coordinator_->ReportFailure(req).ok());
+  ASSERT_TRUE(Fail(w[0], id, "gradient holds NaN").ok());
   JobRecord r = Job(id);
   EXPECT_EQ(r.state(), RUNNING);
   EXPECT_EQ(r.workers_size(), 1);
   EXPECT_TRUE(HasEvent(id, "worker_failure"));
   EXPECT_TRUE(HasEvent(id, "evicted"));
-  req.set_member_id(w[1]);
-  ASSERT_TRUE(coordinator_->ReportFailure(req).ok());
+  ASSERT_TRUE(Fail(w[1], id, "gradient holds NaN").ok());
   r = Job(id);
   EXPECT_EQ(r.state(), FAILED);
   EXPECT_NE(r.reason().find("gradient holds NaN"), std::string::npos)
@@ -200,12 +195,9 @@ TEST_F(CoordinatorTest, CrashedWorkerLeavesUnbannedAndRejoinsItsRank) {
   ASSERT_TRUE(Report(w[1], id, "train_loss", 1.0, 30).ok());
   Advance(100, w, id, 30);
   // Its Python process was killed; the daemon lives on and says so.
-  ReportFailureRequest req;
-  req.set_job_id(id);
-  req.set_member_id(w[1]);
-  req.set_message("python entrypoint x.py killed by signal 9");
-  req.set_crashed(true);
-  ASSERT_TRUE(coordinator_->ReportFailure(req).ok());
+  ASSERT_TRUE(Fail(w[1], id, "python entrypoint x.py killed by signal 9",
+                   /*crashed=*/true)
+                  .ok());
   JobRecord r = Job(id);
   EXPECT_EQ(r.state(), RUNNING);
   EXPECT_EQ(r.workers_size(), 1);
@@ -235,11 +227,8 @@ TEST_F(CoordinatorTest, CrashedWorkerLeavesUnbannedAndRejoinsItsRank) {
 TEST_F(CoordinatorTest, FailedWorkerIsNotTakenBack) {
   std::vector<int64_t> w;
   const std::string id = RunningJob(2, Spec(2), &w);
-  ReportFailureRequest req;
-  req.set_job_id(id);
-  req.set_member_id(w[1]);
-  req.set_message("python entrypoint x.py exited with status 1");
-  ASSERT_TRUE(coordinator_->ReportFailure(req).ok());
+  ASSERT_TRUE(
+      Fail(w[1], id, "python entrypoint x.py exited with status 1").ok());
   Advance(100, {w[1]});
   Advance(100, {w[0]}, id, 31);
   EXPECT_EQ(Job(id).workers_size(), 1);

@@ -163,14 +163,14 @@ for rate in $rates; do
   [[ $rate == none ]] || up_flags=(--rate "$rate")
   [[ $delay == none ]] || up_flags+=(--delay_us "$delay")
   "$C" up --servers 1 --workers 2 "${up_flags[@]}" ${bin_dir:+--bin_dir "$bin_dir"} 2>/dev/null
-  jobs=()
+  job_ids=()
   for model in $models; do
   for compression in $compressions; do
     f=$(spec "$model" "$compression")
     b0=$(srv_bytes)
     t0=$(date +%s.%N)
     job=$("$C" psctl submit "$f" | head -n1)
-    jobs+=("$job")
+    job_ids+=("$job")
     state=""
     for ((i = 0; i < 1200; i++)); do
       state=$("$C" psctl status "$job" | awk '$1 == "state" { sub(":", "", $2); print $2 }')
@@ -199,7 +199,7 @@ for rate in $rates; do
   done
   if [[ -n $plots && -n $target ]]; then
     out=$plots/$net-$rate-$delay
-    "$C" psctl compare "${jobs[@]}" --target "$target" --out "$out" >"$out.txt" 2>&1 ||
+    "$C" psctl compare "${job_ids[@]}" --target "$target" --out "$out" >"$out.txt" 2>&1 ||
       echo "bench: psctl compare failed: see $out.txt" >&2
   fi
   "$C" down >/dev/null 2>&1
